@@ -1,0 +1,1 @@
+"""Runtime support shipped inside the gqueue-built vLLM wheel: patch switches and Triton kernels."""

@@ -1,0 +1,102 @@
+"""The error hierarchy. Only the CLI boundary turns these into messages and exit codes."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    CONFLICT = 3
+    BUG = 4
+
+
+class GqueueError(Exception):
+    """Base class: carries an exit code, a short kebab-case reference and a hint."""
+
+    code: ExitCode = ExitCode.ERROR
+    ref: str = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+        ref: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.line = line
+        self.hint = hint
+        if ref is not None:
+            self.ref = ref
+
+    @property
+    def location(self) -> str:
+        if self.path is None:
+            return ""
+        return f"{self.path}:{self.line}" if self.line is not None else self.path
+
+    def one_line(self) -> str:
+        loc = self.location
+        text = f"{loc}: {self.message}" if loc else self.message
+        return " ".join(text.split("\n"))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ref": self.ref,
+            "message": self.message,
+            "path": self.path,
+            "line": self.line,
+            "hint": self.hint,
+            "exit_code": int(self.code),
+        }
+
+
+class UsageError(GqueueError):
+    code = ExitCode.USAGE
+    ref = "usage"
+
+
+class FormatError(GqueueError):
+    """A file the user wrote (patch header, series, pin) is malformed."""
+
+    ref = "bad-format"
+
+
+class UnsafePatchError(GqueueError):
+    """A patch would write outside the tree, through a link, or binary data."""
+
+    ref = "unsafe-patch"
+
+
+class IntegrityError(GqueueError):
+    """A download or archive did not match what the pin promised."""
+
+    ref = "integrity"
+
+
+class StateError(GqueueError):
+    """The stack is not in a state that allows the operation."""
+
+    ref = "state"
+
+
+class LockedError(GqueueError):
+    ref = "locked"
+
+
+class ConflictError(GqueueError):
+    """A patch does not apply."""
+
+    code = ExitCode.CONFLICT
+    ref = "conflict"
+
+
+class NetworkError(GqueueError):
+    ref = "network"

@@ -1,0 +1,49 @@
+"""Filesystem effects: atomic writes, with a hook that tests use to inject crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+_CRASH_ENV = "GQUEUE_TEST_CRASH_AFTER"
+_counter = {"events": 0}
+
+
+def fault_point(kind: str) -> None:
+    """Count an effect; if GQUEUE_TEST_CRASH_AFTER=N (tests only), die by SIGKILL after the N-th."""
+    limit = os.environ.get(_CRASH_ENV)
+    if not limit:
+        return
+    _counter["events"] += 1
+    if _counter["events"] >= int(limit):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        else:
+            os.chmod(tmp, 0o644)
+        fault_point("write")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fault_point("write")
+
+
+def atomic_delete(path: Path) -> None:
+    fault_point("write")
+    path.unlink()
+    fault_point("write")

@@ -1,0 +1,1 @@
+"""Pure data: patches, series, pins, drift outcomes. No git, no subprocess, no click."""

@@ -1,0 +1,147 @@
+"""A patch file: an optional YAML header between ``---`` and ``...`` lines, then a unified diff.
+
+``format_patch(parse_patch(data)) == data`` byte for byte: the header is kept as written
+and only ever edited line by line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import yaml
+
+from ..errors import FormatError
+from .meta import SCHEMA, PatchMeta, check_meta
+from .safeyaml import load_mapping
+
+HEADER_START = b"---\n"
+HEADER_END = b"...\n"
+CANONICAL_ORDER = tuple(SCHEMA)
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    name: str
+    header: bytes
+    body: bytes
+    meta: PatchMeta
+
+    @property
+    def body_offset_line(self) -> int:
+        """1-based file line where the body starts."""
+        return self.header.count(b"\n") + 1
+
+
+def split_header(data: bytes) -> tuple[bytes, bytes]:
+    if not data.startswith(HEADER_START):
+        return b"", data
+    pos = len(HEADER_START)
+    while pos <= len(data):
+        end = data.find(b"\n", pos)
+        line = data[pos:] if end < 0 else data[pos : end + 1]
+        if line == HEADER_END:
+            return data[: pos + len(line)], data[pos + len(line) :]
+        if end < 0:
+            break
+        pos = end + 1
+    return b"", data  # unterminated: reported by parse_patch
+
+
+def parse_patch(data: bytes, *, name: str, path: str | None = None, require_header: bool = True) -> PatchFile:
+    where = path or name
+    header, body = split_header(data)
+    if data.startswith(HEADER_START) and not header:
+        raise FormatError("patch header opened with '---' is never closed with '...'", path=where, line=1)
+    if not header:
+        if require_header:
+            raise FormatError("patch has no gqueue header (a YAML block between '---' and '...')", path=where, line=1)
+        return PatchFile(name, b"", data, PatchMeta({}, {}))
+    try:
+        text = header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = header[: exc.start].count(b"\n") + 1
+        raise FormatError("patch header is not valid UTF-8", path=where, line=line) from None
+    if "\r" in text:
+        line = text[: text.index("\r")].count("\n") + 2
+        raise FormatError("patch header contains a carriage return", path=where, line=line)
+    raw, lines = load_mapping(text, path=where, first_line=2)
+    meta = PatchMeta(raw, lines)
+    check_meta(meta, path=where, first_line=1)
+    return PatchFile(name, header, body, meta)
+
+
+def format_patch(patch: PatchFile) -> bytes:
+    return patch.header + patch.body
+
+
+def with_body(patch: PatchFile, body: bytes) -> PatchFile:
+    return replace(patch, body=body)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+def _list_representer(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.SequenceNode:
+    flow = all(not isinstance(v, (dict, list)) for v in value)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
+
+
+_BlockDumper.add_representer(str, _str_representer)
+_BlockDumper.add_representer(list, _list_representer)
+
+
+def render_field(key: str, value: Any) -> str:
+    """One top-level header entry as YAML text, ending in a newline."""
+    return yaml.dump(
+        {key: value}, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100, default_flow_style=False
+    )
+
+
+def render_header(fields: dict[str, Any]) -> bytes:
+    ordered = [k for k in CANONICAL_ORDER if k in fields] + [k for k in fields if k not in SCHEMA]
+    text = "".join(render_field(k, fields[k]) for k in ordered)
+    return HEADER_START + text.encode("utf-8") + HEADER_END
+
+
+def new_patch(name: str, fields: dict[str, Any], body: bytes) -> PatchFile:
+    header = render_header(fields)
+    return parse_patch(header + body, name=name)
+
+
+def with_fields(patch: PatchFile, updates: dict[str, Any]) -> PatchFile:
+    """Set top-level keys, touching only their own lines; ``None`` as a value removes a key."""
+    if not patch.header:
+        fields = {k: v for k, v in updates.items() if v is not None}
+        return new_patch(patch.name, fields, patch.body)
+    lines = patch.header.decode("utf-8").splitlines(keepends=True)
+    for key, value in updates.items():
+        start, end = _key_extent(lines, key)
+        rendered = [] if value is None else render_field(key, value).splitlines(keepends=True)
+        if start is None:
+            lines[-1:-1] = rendered
+        else:
+            lines[start:end] = rendered
+    header = "".join(lines).encode("utf-8")
+    return parse_patch(header + patch.body, name=patch.name)
+
+
+def _key_extent(lines: list[str], key: str) -> tuple[int | None, int]:
+    """Index range of a top-level key's lines inside the header lines (delimiters included)."""
+    for i in range(1, len(lines) - 1):
+        line = lines[i]
+        if line.startswith(f"{key}:") and (len(line) == len(key) + 1 or line[len(key) + 1] in " \n"):
+            j = i + 1
+            while j < len(lines) - 1 and (lines[j][:1] in (" ", "\t", "-", "\n") or lines[j].startswith("#")):
+                if lines[j].startswith("-") and not lines[i].rstrip().endswith(":"):
+                    break
+                j += 1
+            return i, j
+    return None, len(lines) - 1

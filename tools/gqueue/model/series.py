@@ -1,0 +1,134 @@
+"""The series file: quilt's format (``name [-pN] [# comment]``) with Mercurial-MQ guards.
+
+Lines are kept as written; edits replace, insert or delete whole lines only, so a rewrite
+changes nothing but what it must.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from ..errors import FormatError
+
+_GUARD = re.compile(r"#([+-])([^\s#]+)")
+_PARKED = re.compile(r"^#\s*parked:\s*(\S+)\s*$")
+_NAME_OK = re.compile(r"^[A-Za-z0-9_.+@-][A-Za-z0-9_.+@/-]*$")
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    name: str
+    line: int  # 1-based
+    strip: int = 1
+    guards: tuple[str, ...] = ()  # "+name" / "-name"
+    comment: str = ""
+
+    def selected(self, active: set[str]) -> bool:
+        """MQ semantics: a negative guard that is active excludes; positive guards need one active."""
+        positives = [g[1:] for g in self.guards if g[0] == "+"]
+        negatives = [g[1:] for g in self.guards if g[0] == "-"]
+        if any(n in active for n in negatives):
+            return False
+        return not positives or any(p in active for p in positives)
+
+
+@dataclass(frozen=True)
+class Series:
+    lines: tuple[str, ...]  # each with its line ending
+    entries: tuple[SeriesEntry, ...]
+    parked: tuple[str, ...] = ()
+    path: str = "series"
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def index(self, name: str) -> int:
+        for i, entry in enumerate(self.entries):
+            if entry.name == name:
+                return i
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(e.name == name for e in self.entries)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def insert(self, position: int, name: str) -> "Series":
+        """A new series with ``name`` as entry number ``position`` (0-based)."""
+        if name in self:
+            raise FormatError(f"'{name}' is already in the series", path=self.path)
+        lines = list(self.lines)
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        if position < len(self.entries):
+            at = self.entries[position].line - 1
+        elif self.entries:
+            at = self.entries[-1].line
+        else:
+            at = len(lines)
+        lines.insert(at, name + "\n")
+        return parse_series("".join(lines), path=self.path)
+
+    def remove(self, name: str) -> "Series":
+        entry = self.entries[self.index(name)]
+        lines = list(self.lines)
+        del lines[entry.line - 1]
+        return parse_series("".join(lines), path=self.path)
+
+    def rename(self, old: str, new: str) -> "Series":
+        if new in self:
+            raise FormatError(f"'{new}' is already in the series", path=self.path)
+        entry = self.entries[self.index(old)]
+        lines = list(self.lines)
+        line = lines[entry.line - 1]
+        start = line.index(old)
+        lines[entry.line - 1] = line[:start] + new + line[start + len(old) :]
+        return parse_series("".join(lines), path=self.path)
+
+    def selected(self, active: set[str]) -> list[SeriesEntry]:
+        return [e for e in self.entries if e.selected(active)]
+
+
+def parse_series(text: str, *, path: str = "series") -> Series:
+    lines = tuple(text.splitlines(keepends=True))
+    entries: list[SeriesEntry] = []
+    parked: list[str] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            match = _PARKED.match(stripped)
+            if match:
+                parked.append(match.group(1))
+            continue
+        body, _, comment = line.partition("#")
+        guards = tuple(sign + name for sign, name in _GUARD.findall("#" + comment)) if comment else ()
+        words = body.split()
+        name = words[0]
+        if not _NAME_OK.match(name) or ".." in name.split("/"):
+            raise FormatError(f"invalid patch name '{name}'", path=path, line=number)
+        strip = 1
+        for word in words[1:]:
+            if re.fullmatch(r"-p\d+", word):
+                strip = int(word[2:])
+            elif word == "-R":
+                raise FormatError("reversed patches (-R) are not supported", path=path, line=number)
+            else:
+                raise FormatError(f"unexpected '{word}' after the patch name", path=path, line=number)
+        if name in seen:
+            raise FormatError(
+                f"'{name}' is named twice in the series (first on line {seen[name]})", path=path, line=number
+            )
+        seen[name] = number
+        entries.append(SeriesEntry(name, number, strip, guards, comment.strip()))
+    return Series(lines, tuple(entries), tuple(parked), path)
+
+
+def with_path(series: Series, path: str) -> Series:
+    return replace(series, path=path)

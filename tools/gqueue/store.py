@@ -1,0 +1,110 @@
+"""The queue on disk: series, queue/, vendor-pin.txt. Reads are parsed, writes are atomic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FormatError, StateError, UsageError
+from .fsutil import atomic_delete, atomic_write
+from .model.patch import PatchFile, format_patch, parse_patch
+from .model.pin import PinFile, parse_pins
+from .model.series import Series, parse_series
+
+SERIES = "series"
+QUEUE = "queue"
+PIN = "vendor-pin.txt"
+WORK = "work"
+
+
+@dataclass(frozen=True)
+class Store:
+    root: Path
+
+    @classmethod
+    def find(cls, start: Path) -> "Store":
+        start = start.resolve()
+        for candidate in (start, *start.parents):
+            if (candidate / SERIES).is_file() and (candidate / PIN).is_file():
+                return cls(candidate)
+            if (candidate / SERIES).is_file() and (candidate / QUEUE).is_dir():
+                return cls(candidate)
+        raise UsageError(
+            f"no gqueue queue here or above ({start.name}): 'series' and 'vendor-pin.txt' not found",
+            hint="run 'gqueue init' or pass -C DIR",
+        )
+
+    @property
+    def series_path(self) -> Path:
+        return self.root / SERIES
+
+    @property
+    def queue_dir(self) -> Path:
+        return self.root / QUEUE
+
+    @property
+    def pin_path(self) -> Path:
+        return self.root / PIN
+
+    @property
+    def work_dir(self) -> Path:
+        return self.root / WORK
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def patch_path(self, name: str) -> Path:
+        if "/" in name and ".." in name.split("/") or name.startswith("/"):
+            raise FormatError(f"invalid patch name '{name}'", path=SERIES)
+        return self.queue_dir / name
+
+    # reading ---------------------------------------------------------------
+    def read_series(self) -> Series:
+        try:
+            raw = self.series_path.read_bytes()
+        except FileNotFoundError:
+            raise StateError("no series file", path=SERIES) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError("series is not valid UTF-8", path=SERIES, line=raw[: exc.start].count(b"\n") + 1) from None
+        return parse_series(text, path=SERIES)
+
+    def read_pins(self) -> PinFile:
+        try:
+            text = self.pin_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise StateError("no vendor-pin.txt", path=PIN) from None
+        except UnicodeDecodeError:
+            raise FormatError("vendor-pin.txt is not valid UTF-8", path=PIN) from None
+        return parse_pins(text, path=PIN)
+
+    def read_patch(self, name: str, *, line: int | None = None) -> PatchFile:
+        path = self.patch_path(name)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise FormatError(f"series names '{name}' but {QUEUE}/{name} does not exist", path=SERIES, line=line) from None
+        except IsADirectoryError:
+            raise FormatError(f"{QUEUE}/{name} is a directory", path=SERIES, line=line) from None
+        return parse_patch(data, name=name, path=f"{QUEUE}/{name}")
+
+    def read_all(self) -> tuple[Series, list[PatchFile]]:
+        series = self.read_series()
+        return series, [self.read_patch(e.name, line=e.line) for e in series.entries]
+
+    # writing ---------------------------------------------------------------
+    def write_series(self, series: Series) -> None:
+        atomic_write(self.series_path, series.text().encode("utf-8"))
+
+    def write_pins(self, pins: PinFile) -> None:
+        atomic_write(self.pin_path, pins.text().encode("utf-8"))
+
+    def write_patch(self, patch: PatchFile) -> None:
+        atomic_write(self.patch_path(patch.name), format_patch(patch))
+
+    def delete_patch(self, name: str) -> None:
+        atomic_delete(self.patch_path(name))
