@@ -1,0 +1,217 @@
+"""Shared launcher of the two-stage TurboQuant attention (decode and verify)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from ._kernels import _tq_combine_kernel, _tq_split_kernel
+from .layout import TQLayout, next_pow2, pick_num_splits, pow2_alignment
+
+LOG2E = 1.4426950408889634
+
+
+@lru_cache(maxsize=None)
+def num_sms(device_index: int) -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device_index).multi_processor_count
+    return 132
+
+
+@lru_cache(maxsize=None)
+def _fp8_e4b15(device_index: int) -> int:
+    """1 where the GPU lacks e4m3 conversions (SM < 8.9), as the 0.24.0 store kernel."""
+    if torch.cuda.is_available() and torch.version.hip is None:
+        return 1 if torch.cuda.get_device_capability(device_index) < (8, 9) else 0
+    return 0
+
+
+def as_layout(layout: TQLayout | str | None, head_dim: int) -> TQLayout:
+    if layout is None:
+        layout = "turboquant_k8v4"
+    if isinstance(layout, str):
+        layout = TQLayout.from_preset(layout, head_dim)
+    if layout.head_dim != head_dim:
+        raise ValueError(f"layout head_dim {layout.head_dim} != query head_dim {head_dim}")
+    layout.check()
+    return layout
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def default_tiles(head_dim: int, m_pad: int, key_fp8: bool) -> TileConfig:
+    """Tile shapes per head size and row count (rows = query tokens x group size)."""
+    if not key_fp8:
+        return TileConfig(32, 4, 2)
+    if m_pad <= 16:
+        return TileConfig(64 if head_dim >= 256 else 128, 4, 3)
+    if m_pad <= 32:
+        return TileConfig(64, 4, 3)
+    return TileConfig(64 if head_dim >= 256 else 64, 8, 3)
+
+
+def split_workspace(
+    batch: int, num_kv_heads: int, num_splits: int, rows: int, head_dim: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    mid_o = torch.empty(batch, num_kv_heads, num_splits, rows, head_dim, dtype=torch.float32, device=device)
+    mid_l = torch.empty(batch, num_kv_heads, num_splits, rows, dtype=torch.float32, device=device)
+    return mid_o, mid_l
+
+
+def run_attention(
+    query: torch.Tensor,  # [T, Hq, D]
+    kv_cache: torch.Tensor,  # [num_blocks, page, Hk, slot] uint8
+    block_table: torch.Tensor,  # [B, max_blocks] int32
+    seq_lens: torch.Tensor,  # [B] int32
+    *,
+    batch: int,
+    scale: float,
+    layout: TQLayout,
+    max_query_len: int,
+    query_start_loc: torch.Tensor | None,
+    key: torch.Tensor | None,
+    value: torch.Tensor | None,
+    centroids: torch.Tensor | None,
+    PiT: torch.Tensor | None,
+    num_splits: int | None,
+    max_context: int | None,
+    out: torch.Tensor | None,
+    workspace: tuple[torch.Tensor, torch.Tensor] | None,
+    tiles: TileConfig | None,
+    dot_bf16: bool,
+) -> torch.Tensor:
+    T, Hq, D = query.shape
+    num_blocks, page, Hk, slot = kv_cache.shape
+    if kv_cache.dtype != torch.uint8:
+        raise TypeError("kv_cache must be the uint8 TurboQuant cache")
+    if Hq % Hk:
+        raise ValueError(f"{Hq} query heads are not a multiple of {Hk} KV heads")
+    if slot < layout.slot_size:
+        raise ValueError(f"cache slot {slot} B is smaller than the layout's {layout.slot_size} B")
+    if kv_cache.stride(3) != 1 or query.stride(2) != 1:
+        raise ValueError("kv_cache and query need a contiguous last dimension")
+    G = Hq // Hk
+    QL = int(max_query_len)
+    ROWS = QL * G
+    M_PAD = max(16, next_pow2(ROWS))
+    raw_tail = key is not None
+    dev_index = query.device.index or 0
+
+    if layout.key_fp8:
+        qr = query
+    else:
+        if centroids is None or PiT is None:
+            raise ValueError("MSE key presets need centroids and PiT")
+        qr = (query.float() @ PiT.float()).contiguous()
+        centroids = centroids.float().contiguous()
+    if centroids is None:
+        centroids = query  # never read on the fp8 path
+
+    if max_context is None:
+        max_context = block_table.shape[1] * page
+    if num_splits is None:
+        num_splits = pick_num_splits(batch, Hk, max_context, num_sms(dev_index))
+    S = int(num_splits)
+    if tiles is None:
+        tiles = default_tiles(D, M_PAD, layout.key_fp8)
+
+    if workspace is None:
+        mid_o, mid_l = split_workspace(batch, Hk, S, ROWS, D, query.device)
+    else:
+        mid_o, mid_l = workspace
+        need = batch * Hk * S * ROWS
+        if mid_l.numel() < need or mid_o.numel() < need * D:
+            raise ValueError("workspace too small for this launch")
+    if out is None:
+        out = torch.empty(T, Hq, D, dtype=query.dtype, device=query.device)
+
+    align = pow2_alignment(kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.storage_offset())
+    qk_scale = float(scale) * LOG2E
+    qstart = query_start_loc if query_start_loc is not None else seq_lens
+    has_qstart = query_start_loc is not None
+
+    _tq_split_kernel[(S, Hk, batch)](
+        qr,
+        kv_cache,
+        block_table,
+        seq_lens,
+        qstart,
+        centroids,
+        mid_o,
+        mid_l,
+        qr.stride(0),
+        qr.stride(1),
+        kv_cache.stride(0),
+        kv_cache.stride(1),
+        kv_cache.stride(2),
+        block_table.stride(0),
+        S,
+        qk_scale,
+        HK=Hk,
+        G=G,
+        QL=QL,
+        ROWS=ROWS,
+        M_PAD=M_PAD,
+        D=D,
+        PAGE=page,
+        KEY_FP8=layout.key_fp8,
+        MSE_BITS=layout.mse_bits,
+        NORM_CORR=layout.norm_correction,
+        VQB=layout.value_bits,
+        KPS=layout.key_packed_size,
+        VAL_BYTES=layout.value_data_bytes,
+        BLOCK_N=tiles.block_n,
+        ALIGN=align,
+        RAW_TAIL=raw_tail,
+        HAS_QSTART=has_qstart,
+        FP8_E4B15=_fp8_e4b15(dev_index) if layout.key_fp8 else 0,
+        DOT_BF16=dot_bf16,
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+    )
+    kr = key if raw_tail else query
+    vr = value if raw_tail else query
+    _tq_combine_kernel[(ROWS, Hk, batch)](
+        mid_o,
+        mid_l,
+        query,
+        kr,
+        vr,
+        out,
+        seq_lens,
+        qstart,
+        query.stride(0),
+        query.stride(1),
+        kr.stride(0),
+        kr.stride(1),
+        vr.stride(0),
+        vr.stride(1),
+        out.stride(0),
+        out.stride(1),
+        S,
+        qk_scale,
+        HK=Hk,
+        G=G,
+        QL=QL,
+        ROWS=ROWS,
+        D=D,
+        S_CHUNK=min(16, next_pow2(S)),
+        QL_PAD=max(2, next_pow2(QL)),
+        RAW_TAIL=raw_tail,
+        HAS_QSTART=has_qstart,
+        num_warps=4,
+        num_stages=2,
+    )
+    return out
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

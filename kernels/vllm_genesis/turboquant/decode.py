@@ -1,0 +1,66 @@
+"""GQA-grouped split-K decode over the vLLM 0.24.0 TurboQuant KV cache.
+
+One program per (sequence, KV head, split) serves every query head of the group, so each
+cache byte is read once per step (0.24.0's stage 1 runs one program per *query* head and
+re-reads the KV head's bytes G times). A second, small kernel merges the splits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._launch import TileConfig, default_scale, run_attention, as_layout
+from .layout import TQLayout
+
+
+def tq_decode_attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    scale: float | None = None,
+    layout: TQLayout | str | None = "turboquant_k8v4",
+    centroids: torch.Tensor | None = None,
+    PiT: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    max_context: int | None = None,
+    out: torch.Tensor | None = None,
+    workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
+    tiles: TileConfig | None = None,
+    dot_bf16: bool = False,
+) -> torch.Tensor:
+    """Attention of one new token per sequence over its whole cached context.
+
+    query ``[B, Hq, D]`` (fp16/bf16); kv_cache ``[num_blocks, block_size, Hk, slot]``
+    uint8 in the 0.24.0 TurboQuant layout (the new token already stored, as vLLM does);
+    block_table ``[B, max_blocks]`` int32; seq_lens ``[B]`` int32 (0 gives a zero row).
+    ``layout`` is a preset name or a :class:`TQLayout`; MSE-key presets also need
+    ``centroids`` and ``PiT`` (the rotation the store applied). ``num_splits`` fixes the
+    split count (keep it fixed under CUDA graphs); otherwise it is chosen from
+    ``max_context`` (default: the block table's capacity) and the SM count.
+    Returns ``[B, Hq, D]`` in the query dtype.
+    """
+    B, Hq, D = query.shape
+    lay = as_layout(layout, D)
+    return run_attention(
+        query,
+        kv_cache,
+        block_table,
+        seq_lens,
+        batch=B,
+        scale=default_scale(D) if scale is None else scale,
+        layout=lay,
+        max_query_len=1,
+        query_start_loc=None,
+        key=None,
+        value=None,
+        centroids=centroids,
+        PiT=PiT,
+        num_splits=num_splits,
+        max_context=max_context,
+        out=out,
+        workspace=workspace,
+        tiles=tiles,
+        dot_bf16=dot_bf16,
+    )

@@ -1,0 +1,132 @@
+"""Multi-query attention for speculative-decoding verify (K+1 query tokens per request).
+
+All K+1 query rows of a request and all query heads of a KV-head group share one pass
+over the compressed prefix (split-K over long contexts). The K+1 tail itself -- the
+tokens whose keys and values this step writes -- is read from the raw fp16/bf16 key and
+value tensors, causally (row i sees tail tokens 0..i), instead of through the 4-bit
+cache, so verify sees the same tail values the drafter conditioned on.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._launch import TileConfig, default_scale, run_attention, as_layout, split_workspace
+from .layout import TQLayout, next_pow2
+
+MAX_QUERY_LEN = 8
+
+
+def tq_verify_attention(
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    value: torch.Tensor | None,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    max_query_len: int,
+    *,
+    scale: float | None = None,
+    layout: TQLayout | str | None = "turboquant_k8v4",
+    centroids: torch.Tensor | None = None,
+    PiT: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    max_context: int | None = None,
+    out: torch.Tensor | None = None,
+    workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
+    tiles: TileConfig | None = None,
+    dot_bf16: bool = False,
+) -> torch.Tensor:
+    """Causal attention of up to ``max_query_len`` (<= 8) new tokens per request.
+
+    query ``[T, Hq, D]`` packed by ``query_start_loc`` ``[B+1]`` (int32, as vLLM's
+    metadata); ``seq_lens`` ``[B]`` counts context *including* the request's query
+    tokens. With ``key``/``value`` ``[T, Hk, D]`` (the raw tensors of this step) the
+    last q_len positions are read from them; with ``None`` everything is read from the
+    cache (0.24.0's semantics, causal per row). Returns ``[T, Hq, D]``.
+    """
+    T, Hq, D = query.shape
+    if not 1 <= max_query_len <= MAX_QUERY_LEN:
+        raise ValueError(f"max_query_len {max_query_len} outside 1..{MAX_QUERY_LEN}")
+    if (key is None) != (value is None):
+        raise ValueError("pass both key and value, or neither")
+    if key is not None and (key.stride(-1) != 1 or value.stride(-1) != 1):
+        raise ValueError("key/value need a contiguous last dimension")
+    B = seq_lens.shape[0]
+    lay = as_layout(layout, D)
+    return run_attention(
+        query,
+        kv_cache,
+        block_table,
+        seq_lens,
+        batch=B,
+        scale=default_scale(D) if scale is None else scale,
+        layout=lay,
+        max_query_len=max_query_len,
+        query_start_loc=query_start_loc,
+        key=key,
+        value=value,
+        centroids=centroids,
+        PiT=PiT,
+        num_splits=num_splits,
+        max_context=max_context,
+        out=out,
+        workspace=workspace,
+        tiles=tiles,
+        dot_bf16=dot_bf16,
+    )
+
+
+def warmup_verify(
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    layout: TQLayout | str = "turboquant_k8v4",
+    query_lens=range(1, MAX_QUERY_LEN + 1),
+    dtype: torch.dtype = torch.bfloat16,
+    device="cuda",
+    raw_tail: bool = True,
+    dot_bf16: bool = False,
+) -> int:
+    """Compile the verify (and decode) kernels for one layer shape before serving.
+
+    Runs each kernel variant once on a tiny cache so the first real request -- or a
+    CUDA-graph capture -- does not pay Triton's JIT. Returns the number of launches.
+    """
+    lay = as_layout(layout, head_dim)
+    slot = lay.slot_size_aligned
+    cache = torch.zeros(2, block_size, num_kv_heads, slot, dtype=torch.uint8, device=device)
+    bt = torch.zeros(1, 2, dtype=torch.int32, device=device)
+    centroids = PiT = None
+    if not lay.key_fp8:
+        centroids = torch.linspace(-1, 1, 2**lay.mse_bits, device=device)
+        PiT = torch.eye(head_dim, device=device)
+    launches = 0
+    from .decode import tq_decode_attention
+
+    q1 = torch.zeros(1, num_heads, head_dim, dtype=dtype, device=device)
+    tq_decode_attention(
+        q1, cache, bt, torch.ones(1, dtype=torch.int32, device=device),
+        layout=lay, centroids=centroids, PiT=PiT, num_splits=1, dot_bf16=dot_bf16,
+    )
+    launches += 1
+    for ql in query_lens:
+        q = torch.zeros(ql, num_heads, head_dim, dtype=dtype, device=device)
+        k = v = None
+        if raw_tail:
+            k = torch.zeros(ql, num_kv_heads, head_dim, dtype=dtype, device=device)
+            v = torch.zeros_like(k)
+        tq_verify_attention(
+            q, k, v, cache, bt,
+            torch.tensor([ql + 1], dtype=torch.int32, device=device),
+            torch.tensor([0, ql], dtype=torch.int32, device=device),
+            ql, layout=lay, centroids=centroids, PiT=PiT, num_splits=1, dot_bf16=dot_bf16,
+        )
+        launches += 1
+    return launches
+
+
+__all__ = ["MAX_QUERY_LEN", "tq_verify_attention", "warmup_verify", "split_workspace", "next_pow2"]

@@ -1,0 +1,36 @@
+"""Hermetic test environment: a temporary HOME, no system or global git config, fixed dates,
+a private download cache, and no editor or pager that could block."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_AUTHOR_DATE", "1000000000 +0000")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "1000000000 +0000")
+    monkeypatch.setenv("GIT_EDITOR", "false")
+    monkeypatch.setenv("GIT_PAGER", "cat")
+    monkeypatch.setenv("GQUEUE_LOCK_WAIT", "0")
+    if "GQUEUE_TEST_SHARED_CACHE" not in os.environ:
+        monkeypatch.setenv("GQUEUE_CACHE", str(home / "cache"))
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GQUEUE_TEST_CRASH_AFTER"):
+        monkeypatch.delenv(name, raising=False)
+    yield home
+
+
+import sys as _sys
+
+_sys.path.insert(0, str(Path(__file__).resolve().parent))

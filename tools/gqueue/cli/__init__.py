@@ -1,0 +1,1 @@
+"""The command line: wiring only. Errors become messages at one boundary (``boundary``)."""

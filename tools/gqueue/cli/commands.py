@@ -1,0 +1,301 @@
+"""The commands. Each one parses options, calls one operation and renders its result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ExitCode, StateError, UsageError
+from ..ops import checkout as checkout_op
+from ..ops import queueops, recovery, stackops
+from ..ops.workspace import Workspace
+from .main import Context, boundary, cli
+from .render import push_report
+
+Result = tuple[Any, str, int]
+
+
+@cli.command()
+@click.option("--pin", "pin_spec", required=True, help="vllm==X.Y.Z or an archive URL with #sha256=...")
+@click.option("--no-record", is_flag=True, help="Do not ask the index for the sdist's sha256.")
+@boundary("init", needs_queue=False)
+def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
+    """Start a queue in the current (or -C) directory."""
+    result = queueops.init(ctx.directory, pin_spec, record=not no_record)
+    return result.to_json(), f"initialised a queue on {result.pin} in {result.root}", ExitCode.OK
+
+
+@cli.command()
+@boundary("checkout")
+def checkout(ws: Workspace) -> Result:
+    """Fetch the pinned sdist (verified, cached) and make the work tree at work/."""
+    result = checkout_op.checkout(ws)
+    verb = "created" if result.created else "already there"
+    return result.to_json(), f"work/ on {result.pin}: {result.files} files, base {result.base[:12]} ({verb}, {result.seconds:.1f}s)", ExitCode.OK
+
+
+def _count(all_: bool, count: int | None) -> int | None:
+    return None if all_ else (count or 1)
+
+
+@cli.command()
+@click.argument("target", required=False)
+@click.option("-a", "--all", "all_", is_flag=True, help="Push the whole series.")
+@click.option("-n", "count", type=int, help="Push this many patches.")
+@click.option("-f", "--force", is_flag=True, help="Apply what applies; leave .rej files; a refresh is then required.")
+@click.option("--fuzz", type=click.IntRange(0, 3), default=0, help="Accept hunks that need up to N lines of fuzz.")
+@boundary("push")
+def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool, fuzz: int) -> Result:
+    """Apply the next patch(es) of the series, one commit each."""
+    result = stackops.push(ws, count=_count(all_, count), target=target, force=force, fuzz=fuzz)
+    code = ExitCode.CONFLICT if result.failed is not None else ExitCode.OK
+    return result.to_json(), push_report(result), code
+
+
+@cli.command()
+@click.argument("target", required=False)
+@click.option("-a", "--all", "all_", is_flag=True, help="Pop every applied patch.")
+@click.option("-n", "count", type=int, help="Pop this many patches.")
+@click.option("-f", "--force", is_flag=True, help="Discard unrefreshed changes (saved under .gqueue/saved/ first).")
+@boundary("pop")
+def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool) -> Result:
+    """Unapply patches; with TARGET, pop until TARGET is the top."""
+    result = stackops.pop(ws, count=_count(all_, count), target=target, force=force)
+    text = f"popped {len(result.popped)} patch(es); " + (f"now at {result.top}" if result.top else "no patch applied")
+    return result.to_json(), text, ExitCode.OK
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-f", "--force", is_flag=True)
+@boundary("goto")
+def goto(ws: Workspace, name: str, force: bool) -> Result:
+    """Push or pop until NAME is the top patch."""
+    result = stackops.goto(ws, name, force=force)
+    if isinstance(result, stackops.PushResult):
+        return result.to_json(), push_report(result), ExitCode.CONFLICT if result.failed else ExitCode.OK
+    return result.to_json(), f"now at {name}", ExitCode.OK  # type: ignore[attr-defined]
+
+
+@cli.command()
+@click.option("-f", "--force", is_flag=True, help="Overwrite a patch file edited by hand since it was pushed.")
+@boundary("refresh")
+def refresh(ws: Workspace, force: bool) -> Result:
+    """Write the work tree's changes into the top patch (its header is kept)."""
+    result = stackops.refresh(ws, force=force)
+    text = f"refreshed {result.name} ({len(result.files)} file(s))" if result.changed else f"{result.name} unchanged"
+    return result.to_json(), text, ExitCode.OK
+
+
+def _stack_names(ws: Workspace) -> tuple[list[str], list[str]]:
+    series = ws.store.read_series()
+    applied = ws.stack().names if ws.repo.exists() else []
+    return series.names, applied
+
+
+@cli.command()
+@boundary("top", lock=False)
+def top(ws: Workspace) -> Result:
+    """The top applied patch."""
+    _, applied = _stack_names(ws)
+    if not applied:
+        raise StateError("no patch is applied")
+    return {"top": applied[-1]}, applied[-1], ExitCode.OK
+
+
+@cli.command(name="next")
+@boundary("next", lock=False)
+def next_(ws: Workspace) -> Result:
+    """The patch the next push would apply."""
+    names, applied = _stack_names(ws)
+    if len(applied) >= len(names):
+        raise StateError("the whole series is applied")
+    return {"next": names[len(applied)]}, names[len(applied)], ExitCode.OK
+
+
+@cli.command()
+@boundary("prev", lock=False)
+def prev(ws: Workspace) -> Result:
+    """The patch below the top."""
+    _, applied = _stack_names(ws)
+    if len(applied) < 2:
+        raise StateError("no patch below the top")
+    return {"prev": applied[-2]}, applied[-2], ExitCode.OK
+
+
+@cli.command()
+@click.option("-v", "verbose", is_flag=True, help="Mark applied (+) and top (=) patches.")
+@boundary("series", lock=False)
+def series(ws: Workspace, verbose: bool) -> Result:
+    """Every patch of the series, in order."""
+    names, applied = _stack_names(ws)
+    lines = []
+    for i, name in enumerate(names):
+        mark = ("=" if i == len(applied) - 1 else "+") if i < len(applied) else " "
+        lines.append(f"{mark} {name}" if verbose else name)
+    return {"series": names, "applied": applied}, "\n".join(lines), ExitCode.OK
+
+
+@cli.command()
+@boundary("applied", lock=False)
+def applied(ws: Workspace) -> Result:
+    """The applied patches, bottom first."""
+    _, names = _stack_names(ws)
+    return {"applied": names}, "\n".join(names), ExitCode.OK
+
+
+@cli.command()
+@boundary("unapplied", lock=False)
+def unapplied(ws: Workspace) -> Result:
+    """The patches not applied yet."""
+    names, applied_names = _stack_names(ws)
+    rest = names[len(applied_names) :]
+    return {"unapplied": rest}, "\n".join(rest), ExitCode.OK
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--id", "patch_id", help="The patch id (default: the name up to its first '-').")
+@click.option("--title", help="The title (default: from the name).")
+@boundary("new")
+def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Result:
+    """Start an empty patch right after the current top and make it the top."""
+    result = queueops.new(ws, name, patch_id=patch_id, title=title)
+    return result.to_json(), f"created {name} ({result.detail}); edit work/ and run 'gqueue refresh'", ExitCode.OK
+
+
+@cli.command()
+@click.argument("name", required=False)
+@boundary("diff", lock=False)
+def diff(ws: Workspace, name: str | None) -> Result:
+    """The top patch's diff including unrefreshed changes; or NAME's diff as stored."""
+    stack = ws.stack()
+    if name is None or (stack.top and name == stack.top.name):
+        if stack.top is None:
+            raise StateError("no patch is applied")
+        parent = stack.commit_below(len(stack.applied) - 1)
+        text = ws.repo.diff_tree_to_tree(parent, ws.repo.snapshot_tree()).decode("utf-8", "replace")
+        return {"name": stack.top.name, "diff": text}, text.rstrip("\n"), ExitCode.OK
+    patch = ws.store.read_patch(name)
+    text = patch.body.decode("utf-8", "replace")
+    return {"name": name, "diff": text}, text.rstrip("\n"), ExitCode.OK
+
+
+@cli.command()
+@click.argument("name", required=False)
+@boundary("files", lock=False)
+def files(ws: Workspace, name: str | None) -> Result:
+    """The files a patch (default: the top) changes."""
+    from ..ops.engine import file_diffs
+
+    if name is None:
+        top_patch = ws.stack().top
+        if top_patch is None:
+            raise StateError("no patch is applied")
+        name = top_patch.name
+    paths = [fd.path for fd in file_diffs(ws.store.read_patch(name))]
+    return {"name": name, "files": paths}, "\n".join(paths), ExitCode.OK
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--edit", is_flag=True, help="Edit the header in $EDITOR (the diff is untouched).")
+@boundary("header")
+def header(ws: Workspace, name: str | None, edit: bool) -> Result:
+    """Show (or --edit) a patch's YAML header."""
+    if name is None:
+        top_patch = ws.stack().top
+        if top_patch is None:
+            raise StateError("no patch is applied")
+        name = top_patch.name
+    patch = ws.store.read_patch(name)
+    text = queueops.header_text(patch)
+    if edit:
+        edited = _edit_text(text, ws)
+        if edited != text:
+            patch = queueops.replace_header(ws.store, patch, edited)
+            text = queueops.header_text(patch)
+    return {"name": name, "header": patch.meta.raw}, text.rstrip("\n"), ExitCode.OK
+
+
+def _edit_text(text: str, ws: Workspace) -> str:
+    editor = os.environ.get("GQUEUE_EDITOR") or os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as handle:
+        handle.write(text)
+        path = Path(handle.name)
+    try:
+        if subprocess.call(f'{editor} "{path}"', shell=True) != 0:
+            raise UsageError("the editor failed; the header is unchanged")
+        edited = path.read_text(encoding="utf-8")
+    finally:
+        saved = ws.state_dir / "saved" / "last-header-edit.yaml"
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            saved.write_bytes(path.read_bytes())
+            path.unlink()
+    return edited
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--keep", is_flag=True, help="Keep the file in queue/ (only the series entry goes).")
+@boundary("delete")
+def delete(ws: Workspace, name: str, keep: bool) -> Result:
+    """Remove a patch from the series (the file goes to .gqueue/deleted/ unless --keep)."""
+    result = queueops.delete(ws, name, keep_file=keep)
+    return result.to_json(), f"{name}: {result.detail}", ExitCode.OK
+
+
+@cli.command()
+@click.argument("old")
+@click.argument("new_name", metavar="NEW")
+@boundary("rename")
+def rename(ws: Workspace, old: str, new_name: str) -> Result:
+    """Rename a patch (file, series entry and, if applied, its commit)."""
+    result = queueops.rename(ws, old, new_name)
+    return result.to_json(), f"renamed {old} to {new_name}", ExitCode.OK
+
+
+@cli.command()
+@click.argument("name")
+@boundary("fold")
+def fold(ws: Workspace, name: str) -> Result:
+    """Fold the unapplied patch NAME into the top patch."""
+    result = queueops.fold(ws, name)
+    return result.to_json(), f"folded {name} {result.detail}", ExitCode.OK
+
+
+@cli.command()
+@boundary("repair")
+def repair(ws: Workspace) -> Result:
+    """Bring the stack back to a consistent state and say what was done."""
+    result = recovery.repair(ws)
+    return result.to_json(), "\n".join(result.actions), ExitCode.OK
+
+
+@cli.command()
+@boundary("status", lock=False)
+def status(ws: Workspace) -> Result:
+    """Where the stack stands: pin, applied patches, unrefreshed changes."""
+    pin = ws.pin()
+    names = ws.store.read_series().names
+    info: dict[str, Any] = {"pin": pin.describe(), "series": len(names), "checked_out": ws.repo.exists()}
+    lines = [f"pin: {pin.describe()}", f"series: {len(names)} patch(es)"]
+    if ws.repo.exists():
+        stack = ws.stack()
+        dirty = ws.repo.dirty_paths()
+        info.update({"applied": len(stack.applied), "top": stack.top.name if stack.top else None, "dirty": dirty})
+        lines.append(f"applied: {len(stack.applied)}" + (f", top {stack.top.name}" if stack.top else ""))
+        if dirty:
+            lines.append(f"unrefreshed changes: {len(dirty)} file(s)")
+        if ws.read_journal():
+            lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
+    else:
+        lines.append("no work tree: run 'gqueue checkout'")
+    return info, "\n".join(lines), ExitCode.OK
+

@@ -1,0 +1,116 @@
+"""The ``gqueue`` command group and the error boundary every command goes through."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from .. import __version__
+from ..errors import ExitCode, GqueueError
+from ..ops.workspace import Workspace
+from ..store import Store
+from .output import CliReporter, emit_json
+
+
+class Context:
+    def __init__(self, directory: Path, quiet: bool) -> None:
+        self.directory = directory
+        self.reporter = CliReporter(quiet)
+        self.json = False
+        self.command = ""
+
+    def store(self) -> Store:
+        return Store.find(self.directory)
+
+    def workspace(self, *, lock: bool = True) -> Workspace:
+        ws = Workspace(self.store(), self.reporter)
+        if lock:
+            ws.lock()
+            from ..ops.recovery import recover
+
+            recover(ws)
+        return ws
+
+
+def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wrap a command: --json, workspace and lock, and the one place errors become messages.
+
+    The wrapped function returns (result, human_text, exit_code).
+    """
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @click.option("--json", "as_json", is_flag=True, help="Print one versioned JSON document.")
+        @click.pass_obj
+        @functools.wraps(func)
+        def wrapper(ctx: Context, as_json: bool, **kwargs: Any) -> None:
+            ctx.json = as_json
+            ctx.command = name
+            ws = None
+            try:
+                if needs_queue:
+                    ws = ctx.workspace(lock=lock)
+                    kwargs["ws"] = ws
+                else:
+                    kwargs["ctx"] = ctx
+                result, text, code = func(**kwargs)
+            except GqueueError as exc:
+                _fail(ctx, name, exc.to_json(), f"error[{exc.ref}]: {exc.one_line()}", exc.code, exc.hint)
+            except click.exceptions.Exit:
+                raise
+            except KeyboardInterrupt:
+                _fail(ctx, name, {"ref": "interrupted", "message": "interrupted"}, "error[interrupted]: interrupted", ExitCode.ERROR, None)
+            except Exception as exc:  # noqa: BLE001 - the boundary for bugs
+                detail = traceback.format_exc()
+                _fail(ctx, name, {"ref": "bug", "message": f"{type(exc).__name__}: {exc}", "traceback": detail},
+                      f"error[bug]: internal error: {type(exc).__name__}: {exc}", ExitCode.BUG,
+                      "this is a bug in gqueue; please report it with the command you ran")
+            finally:
+                ctx.reporter.done()
+                if ws is not None:
+                    ws.close()
+            if ctx.json:
+                emit_json(name, ok=code == 0, result=result, notes=ctx.reporter.notes)
+            elif text:
+                click.echo(text)
+            sys.exit(int(code))
+
+        return wrapper
+
+    return decorate
+
+
+def _fail(ctx: Context, name: str, error: dict[str, Any], line: str, code: int, hint: str | None) -> None:
+    if ctx.json:
+        emit_json(name, ok=False, error=error, notes=ctx.reporter.notes)
+    else:
+        click.echo(line, err=True)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
+    sys.exit(int(code))
+
+
+class Group(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # usage errors exit 2 (click's default)
+        return super().main(*args, **kwargs)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              help="Run as if started in DIR.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
+@click.version_option(__version__, prog_name="gqueue")
+@click.pass_context
+def cli(click_ctx: click.Context, directory: Path, quiet: bool) -> None:
+    """gqueue: a git-backed patch queue for a pinned vLLM."""
+    click_ctx.obj = Context(directory, quiet)
+
+
+def main() -> None:
+    from . import commands  # noqa: F401 - registers the commands
+
+    cli(prog_name="gqueue")

@@ -1,0 +1,219 @@
+"""Unified diffs as bytes: a strict parser that keeps file line numbers for error messages.
+
+Works on bytes (patches may carry any encoding) and knows git's extended headers
+(new/deleted file, modes, index, binary); every malformed hunk is reported with the line
+of the patch file where it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import FormatError
+
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*?)\r?\n?$")
+NO_NEWLINE = b"\\ No newline at end of file"
+
+
+@dataclass(frozen=True)
+class Hunk:
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    lines: tuple[tuple[bytes, bytes], ...]  # (tag, text with its line ending); tag in b" -+"
+    line: int  # line of the '@@' in the patch file
+    section: bytes = b""
+
+    def old_lines(self) -> list[bytes]:
+        return [text for tag, text in self.lines if tag in (b" ", b"-")]
+
+    def new_lines(self) -> list[bytes]:
+        return [text for tag, text in self.lines if tag in (b" ", b"+")]
+
+    def reversed(self) -> "Hunk":
+        swap = {b"-": b"+", b"+": b"-", b" ": b" "}
+        return Hunk(
+            self.new_start, self.new_len, self.old_start, self.old_len,
+            tuple((swap[t], x) for t, x in self.lines), self.line, self.section,
+        )
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None for a new file
+    new_path: str | None  # None for a deleted file
+    hunks: tuple[Hunk, ...]
+    line: int  # first line of this file's header in the patch file
+    old_mode: str | None = None
+    new_mode: str | None = None
+    binary: bool = False
+    old_index: str | None = None
+    new_index: str | None = None
+    rename: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+    @property
+    def is_new(self) -> bool:
+        return self.old_path is None
+
+    @property
+    def is_delete(self) -> bool:
+        return self.new_path is None
+
+    def reversed(self) -> "FileDiff":
+        return FileDiff(
+            self.new_path, self.old_path, tuple(h.reversed() for h in self.hunks), self.line,
+            self.new_mode, self.old_mode, self.binary, self.new_index, self.old_index, self.rename,
+        )
+
+
+def _strip(raw: bytes, strip: int, *, path: str, line: int) -> str | None:
+    name = raw.split(b"\t", 1)[0].rstrip(b"\r\n")
+    if name.startswith(b'"'):
+        raise FormatError("quoted file names in patches are not supported", path=path, line=line)
+    if name == b"/dev/null":
+        return None
+    try:
+        text = name.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError("file name in patch is not UTF-8", path=path, line=line) from None
+    parts = text.split("/")
+    if strip and len(parts) <= strip:
+        raise FormatError(f"cannot strip {strip} components from '{text}'", path=path, line=line)
+    return "/".join(parts[strip:])
+
+
+def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip: int = 1) -> list[FileDiff]:
+    lines = body.splitlines(keepends=True)
+    files: list[FileDiff] = []
+    i = 0
+    n = len(lines)
+
+    def lineno(k: int) -> int:
+        return first_line + k
+
+    while i < n:
+        line = lines[i]
+        if not (line.startswith(b"diff --git ") or line.startswith(b"--- ")):
+            i += 1
+            continue
+        start = i
+        meta: dict[str, str | bool | None] = {}
+        if line.startswith(b"diff --git "):
+            i += 1
+            while i < n and not lines[i].startswith((b"--- ", b"diff --git ", b"@@ ")):
+                ext = lines[i].rstrip(b"\r\n")
+                if ext.startswith(b"new file mode "):
+                    meta["new_mode"], meta["new"] = ext[14:].decode(), True
+                elif ext.startswith(b"deleted file mode "):
+                    meta["old_mode"], meta["deleted"] = ext[18:].decode(), True
+                elif ext.startswith(b"old mode "):
+                    meta["old_mode"] = ext[9:].decode()
+                elif ext.startswith(b"new mode "):
+                    meta["new_mode"] = ext[9:].decode()
+                elif ext.startswith(b"index "):
+                    fields = ext[6:].split()
+                    if b".." in fields[0]:
+                        a, b = fields[0].split(b"..", 1)
+                        meta["old_index"], meta["new_index"] = a.decode(), b.decode()
+                    if len(fields) > 1:
+                        meta.setdefault("old_mode", fields[1].decode())
+                        meta.setdefault("new_mode", fields[1].decode())
+                elif ext.startswith((b"rename from", b"rename to", b"copy from", b"copy to")):
+                    meta["rename"] = True
+                elif ext.startswith(b"Binary files ") or ext == b"GIT binary patch":
+                    meta["binary"] = True
+                elif ext.startswith((b"similarity index", b"dissimilarity index")):
+                    pass
+                else:
+                    break
+                i += 1
+            if meta.get("binary") or meta.get("rename") or i >= n or not lines[i].startswith(b"--- "):
+                git_names = line[11:].rstrip(b"\r\n").split(b" b/", 1)
+                old = _strip(git_names[0], strip, path=path, line=lineno(start))
+                new = _strip(b"b/" + git_names[1], strip, path=path, line=lineno(start)) if len(git_names) == 2 else old
+                files.append(
+                    FileDiff(
+                        None if meta.get("new") else old, None if meta.get("deleted") else new, (), lineno(start),
+                        _s(meta, "old_mode"), _s(meta, "new_mode"), bool(meta.get("binary")),
+                        _s(meta, "old_index"), _s(meta, "new_index"), bool(meta.get("rename")),
+                    )
+                )
+                continue
+        if i + 1 >= n or not lines[i + 1].startswith(b"+++ "):
+            raise FormatError("'---' line not followed by '+++'", path=path, line=lineno(i))
+        old_path = _strip(lines[i][4:], strip, path=path, line=lineno(i))
+        new_path = _strip(lines[i + 1][4:], strip, path=path, line=lineno(i + 1))
+        i += 2
+        hunks: list[Hunk] = []
+        while i < n and lines[i].startswith(b"@@"):
+            hunk, i = _parse_hunk(lines, i, path=path, first_line=first_line)
+            hunks.append(hunk)
+        if not hunks and not (meta.get("new") or meta.get("deleted")):
+            raise FormatError("file header without hunks", path=path, line=lineno(start))
+        files.append(
+            FileDiff(
+                old_path, new_path, tuple(hunks), lineno(start), _s(meta, "old_mode"), _s(meta, "new_mode"),
+                False, _s(meta, "old_index"), _s(meta, "new_index"), False,
+            )
+        )
+    return files
+
+
+def _s(meta: dict[str, str | bool | None], key: str) -> str | None:
+    value = meta.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _parse_hunk(lines: list[bytes], i: int, *, path: str, first_line: int) -> tuple[Hunk, int]:
+    match = _HUNK.match(lines[i])
+    if not match:
+        raise FormatError("malformed hunk header", path=path, line=first_line + i)
+    old_start, new_start = int(match.group(1)), int(match.group(3))
+    old_len = int(match.group(2)) if match.group(2) is not None else 1
+    new_len = int(match.group(4)) if match.group(4) is not None else 1
+    header_index = i
+    i += 1
+    body: list[tuple[bytes, bytes]] = []
+    old_seen = new_seen = 0
+    while old_seen < old_len or new_seen < new_len:
+        if i >= len(lines):
+            raise FormatError(
+                f"hunk ends early: expected {old_len} old and {new_len} new lines, found {old_seen} and {new_seen}",
+                path=path, line=first_line + header_index,
+            )
+        raw = lines[i]
+        tag = raw[:1]
+        if raw in (b"\n", b"\r\n"):  # an empty context line whose leading space was eaten
+            tag, raw = b" ", b" " + raw
+        if tag not in (b" ", b"-", b"+"):
+            if raw.startswith(NO_NEWLINE) and body:
+                body[-1] = (body[-1][0], _chomp(body[-1][1]))
+                i += 1
+                continue
+            raise FormatError(
+                f"hunk line counts lie: expected {old_len} old and {new_len} new lines, found {old_seen} and {new_seen}",
+                path=path, line=first_line + i,
+            )
+        body.append((tag, raw[1:]))
+        if tag in (b" ", b"-"):
+            old_seen += 1
+        if tag in (b" ", b"+"):
+            new_seen += 1
+        i += 1
+        if old_seen > old_len or new_seen > new_len:
+            raise FormatError("hunk has more lines than its header says", path=path, line=first_line + i - 1)
+    if i < len(lines) and lines[i].startswith(NO_NEWLINE):
+        body[-1] = (body[-1][0], _chomp(body[-1][1]))
+        i += 1
+    section = match.group(5) or b""
+    return Hunk(old_start, old_len, new_start, new_len, tuple(body), first_line + header_index, section), i
+
+
+def _chomp(text: bytes) -> bytes:
+    return text[:-1] if text.endswith(b"\n") else text

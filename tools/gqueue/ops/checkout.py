@@ -1,0 +1,60 @@
+"""checkout: the pinned release as a git work tree at work/, its base commit tagged."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..model.pin import Pin
+from ..upstream.archive import read_archive
+from ..upstream.resolve import sdist_path
+from ..vcs.git import BRANCH
+from .workspace import Workspace
+
+EXCLUDES = "# gqueue\n__pycache__/\n*.py[cod]\n*.so\n*.egg-info/\n/build/\n"
+
+
+@dataclass(frozen=True)
+class CheckoutResult:
+    pin: str
+    base: str
+    files: int
+    created: bool
+    seconds: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"pin": self.pin, "base": self.base, "files": self.files, "created": self.created, "seconds": round(self.seconds, 3)}
+
+
+def import_pin(ws: Workspace, pin: Pin) -> tuple[str, int]:
+    """Make sure the pin's tree is in the work repository (tagged); return (commit, files)."""
+    existing = ws.repo.rev(f"refs/tags/{pin.tag_name}")
+    if existing is not None:
+        return existing, len(ws.repo.tree_entries(existing))
+    archive = sdist_path(pin)
+    ws.reporter.progress(f"importing {archive.name}")
+    members = read_archive(archive)
+    commit = ws.repo.import_tree(
+        ((m.path, m.mode, m.data) for m in members),
+        f"{pin.project} {pin.version} (pinned upstream)\n",
+        ref=f"refs/gqueue/import/{pin.version}",
+        tag=pin.tag_name,
+    )
+    ws.repo.delete_ref(f"refs/gqueue/import/{pin.version}")
+    return commit, len(members)
+
+
+def checkout(ws: Workspace) -> CheckoutResult:
+    start = time.monotonic()
+    pin = ws.pin()
+    created = not ws.repo.exists()
+    if created:
+        ws.repo.init()
+        (ws.repo.git_dir / "info").mkdir(exist_ok=True)
+        (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
+    commit, files = import_pin(ws, pin)
+    if ws.repo.head() is None:
+        ws.repo.update_ref(BRANCH, commit)
+        ws.repo.set_head(BRANCH)
+        ws.repo.checkout_fresh(commit)
+    return CheckoutResult(pin.describe(), commit, files, created, time.monotonic() - start)

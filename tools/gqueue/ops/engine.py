@@ -1,0 +1,164 @@
+"""Applying patches to a tree held in memory: the heart of push, check and rebase."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import FormatError, UnsafePatchError
+from ..model.apply import CLEAN, FAILED, FileOutcome, HunkOutcome, apply_hunks
+from ..model.diff import FileDiff, parse_diff
+from ..model.patch import PatchFile
+from ..vcs.git import Entry, WorkRepo
+
+FILE_MISSING = "file-missing"
+FILE_EXISTS = "file-exists"
+REGULAR_MODES = ("100644", "100755")
+
+
+class TreeView:
+    """A commit's files, read lazily, with an overlay of changes on top."""
+
+    def __init__(self, repo: WorkRepo, commit: str) -> None:
+        self.repo = repo
+        self.entries: dict[str, Entry] = repo.tree_entries(commit)
+        self.overlay: dict[str, tuple[str, bytes] | None] = {}
+
+    def get(self, path: str) -> tuple[str, bytes] | None:
+        if path in self.overlay:
+            return self.overlay[path]
+        entry = self.entries.get(path)
+        if entry is None:
+            return None
+        data = self.repo.blob(entry.sha)
+        return entry.mode, data
+
+    def mode(self, path: str) -> str | None:
+        if path in self.overlay:
+            change = self.overlay[path]
+            return None if change is None else change[0]
+        entry = self.entries.get(path)
+        return entry.mode if entry else None
+
+    def set(self, path: str, value: tuple[str, bytes] | None) -> None:
+        self.overlay[path] = value
+
+    def symlink_on_path(self, path: str) -> str | None:
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            if self.mode(prefix) == "120000":
+                return prefix
+        return None
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str
+    status: str  # clean | offset | fuzz | failed | file-missing | file-exists
+    hunks: tuple[HunkOutcome, ...] = ()
+    line: int = 0  # line of the file header in the patch file
+
+    def to_json(self) -> dict[str, object]:
+        return {"file": self.path, "status": self.status, "hunks": [h.to_json() for h in self.hunks]}
+
+
+@dataclass
+class PatchResult:
+    name: str
+    patch_id: str
+    files: list[FileResult] = field(default_factory=list)
+    changes: dict[str, tuple[str, bytes] | None] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.status in ("clean", "offset") for f in self.files)
+
+    @property
+    def status(self) -> str:
+        order = ["clean", "offset", "fuzz", FILE_EXISTS, FILE_MISSING, FAILED]
+        worst = "clean"
+        for f in self.files:
+            if order.index(f.status) > order.index(worst):
+                worst = f.status
+        return worst
+
+    def first_failure(self) -> tuple[FileResult, HunkOutcome | None] | None:
+        for f in self.files:
+            if f.status not in ("clean", "offset"):
+                bad = next((h for h in f.hunks if h.status not in ("clean", "offset")), None)
+                return f, bad
+        return None
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "id": self.patch_id, "status": self.status, "files": [f.to_json() for f in self.files]}
+
+
+def check_path(path: str, *, where: str, line: int) -> None:
+    if not path or path.startswith("/") or "\\" in path:
+        raise UnsafePatchError(f"patch touches '{path}', an absolute or odd path", path=where, line=line)
+    parts = path.split("/")
+    if ".." in parts or "." in parts or "" in parts:
+        raise UnsafePatchError(f"patch touches '{path}', outside the tree", path=where, line=line)
+    if parts[0] == ".git" or ".git" in parts:
+        raise UnsafePatchError(f"patch touches '{path}' inside .git", path=where, line=line)
+
+
+def file_diffs(patch: PatchFile, strip: int = 1) -> list[FileDiff]:
+    where = f"queue/{patch.name}"
+    diffs = parse_diff(patch.body, path=where, first_line=patch.body_offset_line, strip=strip)
+    for fd in diffs:
+        for p in (fd.old_path, fd.new_path):
+            if p is not None:
+                check_path(p, where=where, line=fd.line)
+        if fd.binary:
+            raise UnsafePatchError(f"binary patch for '{fd.path}' is not supported", path=where, line=fd.line)
+        if fd.rename:
+            raise FormatError(f"rename of '{fd.path}' in a patch is not supported; write it as delete + add", path=where, line=fd.line)
+        for mode in (fd.old_mode, fd.new_mode):
+            if mode is not None and mode not in REGULAR_MODES:
+                raise UnsafePatchError(f"patch gives '{fd.path}' mode {mode}; only regular files are allowed", path=where, line=fd.line)
+    return diffs
+
+
+def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: int = 0) -> PatchResult:
+    """Apply ``patch`` on ``view``; on success its changes are in the overlay and in the result."""
+    where = f"queue/{patch.name}"
+    result = PatchResult(patch.name, patch.meta.id)
+    pending: dict[str, tuple[str, bytes] | None] = {}
+    for fd in file_diffs(patch, strip):
+        link = view.symlink_on_path(fd.path)
+        if link is not None:
+            raise UnsafePatchError(f"patch writes '{fd.path}' through the symbolic link '{link}'", path=where, line=fd.line)
+        current = pending[fd.path] if fd.path in pending else view.get(fd.path)
+        if fd.is_new:
+            if current is not None:
+                result.files.append(FileResult(fd.path, FILE_EXISTS, (), fd.line))
+                continue
+            outcome = apply_hunks(b"", fd, max_fuzz=0)
+            pending[fd.path] = (fd.new_mode or "100644", outcome.new or b"")
+            result.files.append(FileResult(fd.path, CLEAN, outcome.hunks, fd.line))
+            continue
+        if current is None:
+            result.files.append(FileResult(fd.path, FILE_MISSING, (), fd.line))
+            continue
+        mode, data = current
+        outcome: FileOutcome = apply_hunks(data, fd, max_fuzz=max_fuzz)
+        if outcome.new is None:
+            result.files.append(FileResult(fd.path, FAILED, outcome.hunks, fd.line))
+            continue
+        statuses = [h.status for h in outcome.hunks]
+        status = "fuzz" if "fuzz" in statuses else ("offset" if "offset" in statuses else CLEAN)
+        if fd.is_delete:
+            if outcome.new.strip():
+                result.files.append(FileResult(fd.path, FAILED, outcome.hunks, fd.line))
+                continue
+            pending[fd.path] = None
+        else:
+            pending[fd.path] = (fd.new_mode or mode, outcome.new)
+        result.files.append(FileResult(fd.path, status, outcome.hunks, fd.line))
+    if result.ok or max_fuzz:
+        result.changes = pending
+        if result.ok:
+            for path, value in pending.items():
+                view.set(path, value)
+    return result

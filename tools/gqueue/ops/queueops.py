@@ -1,0 +1,182 @@
+"""Operations on the queue itself: init, new, delete, rename, fold, header."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FormatError, StateError, UsageError
+from ..fsutil import atomic_write
+from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch
+from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
+from ..store import PIN, QUEUE, SERIES, Store
+from ..upstream.resolve import record_hashes
+from ..vcs.git import CommitSpec
+from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean
+from .transaction import move
+from .workspace import Workspace
+
+SERIES_HEADER = "# gqueue series: one patch a line, applied top to bottom (quilt format).\n"
+PIN_HEADER = "# The upstream release this queue is maintained against: LABEL SOURCE [sdist=sha256:...] [wheel=sha256:...]\n"
+GITIGNORE = "/work/\n/.gqueue/\n/dist/\n"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
+
+
+@dataclass(frozen=True)
+class InitResult:
+    root: str
+    pin: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"root": self.root, "pin": self.pin}
+
+
+def init(directory: Path, pin_spec: str, *, record: bool = True) -> InitResult:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in (SERIES, PIN):
+        if (directory / name).exists():
+            raise StateError(f"{name} already exists: this is a queue already", path=name)
+    project, version, url = parse_source(pin_spec, path="--pin")
+    pin = Pin("pin", pin_spec, project, version, url, {}, 1)
+    if record:
+        pin = record_hashes(pin)
+    (directory / QUEUE).mkdir(exist_ok=True)
+    atomic_write(directory / PIN, (PIN_HEADER + format_pin_line(pin)).encode())
+    parse_pins((directory / PIN).read_text(), path=PIN)
+    atomic_write(directory / SERIES, SERIES_HEADER.encode())
+    if not (directory / ".gitignore").exists():
+        atomic_write(directory / ".gitignore", GITIGNORE.encode())
+    return InitResult(str(directory), pin.describe())
+
+
+def check_name(name: str) -> None:
+    if not _NAME.match(name) or name.endswith(".") or "/" in name:
+        raise UsageError(f"'{name}' is not a valid patch name (letters, digits, '.', '_', '-', '+', '@')")
+
+
+def id_from_name(name: str) -> str:
+    stem = name[: -len(".patch")] if name.endswith(".patch") else name
+    return stem.split("-", 1)[0]
+
+
+def title_from_name(name: str) -> str:
+    stem = name[: -len(".patch")] if name.endswith(".patch") else name
+    parts = stem.split("-", 1)
+    return (parts[1] if len(parts) > 1 else parts[0]).replace("-", " ").replace("_", " ")
+
+
+@dataclass(frozen=True)
+class NameResult:
+    name: str
+    action: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "action": self.action, "detail": self.detail}
+
+
+def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | None = None) -> NameResult:
+    check_name(name)
+    series = ws.store.read_series()
+    stack = ws.stack()
+    if name in series or ws.store.patch_path(name).exists():
+        raise UsageError(f"a patch named '{name}' already exists")
+    fields = {
+        "id": patch_id or id_from_name(name),
+        "title": title or title_from_name(name),
+        "description": "",
+        "lifecycle": "experimental",
+        "tier": "community",
+        "default_on": False,
+        "env_flag": None,
+        "requires": [],
+        "conflicts": [],
+    }
+    patch = new_patch(name, fields, b"")
+    position = len(stack.applied)
+    ws.store.write_patch(patch)
+    ws.store.write_series(series.insert(position, name))
+    commits = ws.repo.write_commits(stack.head, [CommitSpec(commit_message(patch), {}, commit_author(patch))], PENDING)
+    move(ws, stack.head, commits[-1], op="new")
+    ws.repo.delete_ref(PENDING)
+    return NameResult(name, "created", f"after {stack.top.name}" if stack.top else "at the bottom")
+
+
+def _trash(ws: Workspace, name: str) -> Path:
+    source = ws.store.patch_path(name)
+    target = ws.state_dir / "deleted" / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, source.read_bytes())
+    ws.store.delete_patch(name)
+    return target
+
+
+def delete(ws: Workspace, name: str, *, keep_file: bool = False) -> NameResult:
+    series = ws.store.read_series()
+    stack = ws.stack()
+    if name not in series:
+        raise UsageError(f"'{name}' is not in the series")
+    if name in stack.names:
+        if stack.top is None or stack.top.name != name:
+            raise StateError(f"'{name}' is applied below the top; pop it first", path=SERIES)
+        pop(ws)
+    ws.store.write_series(series.remove(name))
+    if keep_file:
+        return NameResult(name, "deleted", f"removed from the series; queue/{name} kept")
+    target = _trash(ws, name)
+    return NameResult(name, "deleted", f"file moved to {ws.store.rel(target)}")
+
+
+def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
+    check_name(new_name)
+    series = ws.store.read_series()
+    if old not in series:
+        raise UsageError(f"'{old}' is not in the series")
+    if ws.store.patch_path(new_name).exists():
+        raise UsageError(f"queue/{new_name} already exists")
+    stack = ws.stack()
+    reapply = old in stack.names
+    top = stack.top.name if stack.top else None
+    if reapply:
+        require_clean(ws, "rename an applied patch")
+        pop(ws, count=len(stack.names) - stack.names.index(old))
+    patch = ws.store.read_patch(old)
+    atomic_write(ws.store.patch_path(new_name), format_patch(patch))
+    ws.store.write_series(series.rename(old, new_name))
+    ws.store.delete_patch(old)
+    if reapply and top is not None:
+        push(ws, target=new_name if top == old else top, count=None)
+    return NameResult(new_name, "renamed", f"from {old}")
+
+
+def fold(ws: Workspace, name: str) -> NameResult:
+    """Fold an unapplied patch of the series into the top patch (it leaves the series)."""
+    series = ws.store.read_series()
+    stack = ws.stack()
+    if stack.top is None:
+        raise StateError("no patch is applied to fold into")
+    if name not in series or name in stack.names:
+        raise UsageError(f"'{name}' must be an unapplied patch of the series")
+    require_clean(ws, "fold")
+    patch = ws.store.read_patch(name)
+    ws.repo.run("apply", "--whitespace=nowarn", "-p1", "-", input=patch.body)
+    refresh(ws)
+    ws.store.write_series(ws.store.read_series().remove(name))
+    target = _trash(ws, name)
+    return NameResult(name, "folded", f"into {stack.top.name}; file moved to {ws.store.rel(target)}")
+
+
+def replace_header(store: Store, patch: PatchFile, header_yaml: str) -> PatchFile:
+    text = header_yaml if header_yaml.endswith("\n") else header_yaml + "\n"
+    data = HEADER_START + text.encode("utf-8") + HEADER_END
+    updated = parse_patch(data + patch.body, name=patch.name, path=f"{QUEUE}/{patch.name}")
+    store.write_patch(updated)
+    return updated
+
+
+def header_text(patch: PatchFile) -> str:
+    if not patch.header:
+        raise FormatError("patch has no header", path=f"{QUEUE}/{patch.name}", line=1)
+    return patch.header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8")

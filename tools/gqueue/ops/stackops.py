@@ -1,0 +1,278 @@
+"""push, pop, goto, refresh: the stack's moves."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+from ..errors import ConflictError, StateError, UsageError
+from ..model.patch import PatchFile, format_patch, with_body
+from ..model.series import Series
+from ..vcs.git import BRANCH, TRAILER, CommitSpec
+from .engine import PatchResult, TreeView, apply_patch
+from .transaction import move, save_local_changes
+from .workspace import Stack, Workspace
+
+PENDING = "refs/gqueue/pending"
+
+
+def commit_message(patch: PatchFile) -> str:
+    title = patch.meta.title or patch.name
+    return f"{title}\n\nGqueue-Id: {patch.meta.id}\n{TRAILER}: {patch.name}\n"
+
+
+def commit_author(patch: PatchFile) -> str:
+    author = patch.meta.get("author")
+    if isinstance(author, str) and "<" in author and author.endswith(">"):
+        return author
+    return "gqueue <gqueue@localhost>"
+
+
+@dataclass
+class PushResult:
+    pushed: list[PatchResult] = field(default_factory=list)
+    failed: PatchResult | None = None
+    forced: bool = False
+    top: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pushed": [r.to_json() for r in self.pushed],
+            "failed": self.failed.to_json() if self.failed else None,
+            "forced": self.forced,
+            "top": self.top,
+        }
+
+
+@dataclass
+class MoveResult:
+    popped: list[str]
+    top: str | None
+    saved: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"popped": self.popped, "top": self.top, "saved": self.saved}
+
+
+def require_clean(ws: Workspace, action: str) -> None:
+    dirty = [p for p in ws.repo.dirty_paths() if not p.endswith((".rej", ".orig"))]
+    if dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise StateError(
+            f"the work tree has changes not yet refreshed ({shown}); refusing to {action}",
+            path="work", hint="run 'gqueue refresh' to keep them, or add --force (they are saved under .gqueue/saved/)",
+        )
+
+
+def require_refreshed(ws: Workspace) -> None:
+    if ws.needs_refresh_path.exists():
+        name = ws.needs_refresh_path.read_text().strip()
+        raise StateError(
+            f"'{name}' was pushed with --force and needs a refresh first", path=f"queue/{name}",
+            hint="fix the conflicts in work/, then run 'gqueue refresh'",
+        )
+
+
+def check_stack_matches(stack: Stack, series: Series) -> None:
+    for i, applied in enumerate(stack.applied):
+        if i >= len(series.entries) or series.entries[i].name != applied.name:
+            raise StateError(
+                f"applied patch #{i + 1} '{applied.name}' is not entry #{i + 1} of the series",
+                path="series", hint="restore the series order, or pop back below it with 'gqueue pop --force'",
+            )
+
+
+def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False, fuzz: int = 0) -> PushResult:
+    series = ws.store.read_series()
+    stack = ws.stack()
+    check_stack_matches(stack, series)
+    require_refreshed(ws)
+    require_clean(ws, "push")
+    pending = list(series.entries[len(stack.applied) :])
+    if target is not None:
+        names = [e.name for e in pending]
+        if target not in names:
+            if target in stack.names:
+                raise UsageError(f"'{target}' is already applied")
+            raise UsageError(f"'{target}' is not in the series")
+        pending = pending[: names.index(target) + 1]
+    elif count is not None:
+        pending = pending[:count]
+    if not pending:
+        raise StateError("the whole series is already applied" if series.entries else "the series is empty")
+    view = TreeView(ws.repo, stack.head)
+    result = PushResult()
+    specs: list[CommitSpec] = []
+    patches: list[PatchFile] = []
+    for entry in pending:
+        patch = ws.store.read_patch(entry.name, line=entry.line)
+        ws.reporter.progress(f"applying {entry.name}")
+        outcome = apply_patch(view, patch, strip=entry.strip, max_fuzz=fuzz)
+        if not outcome.ok and not (fuzz and outcome.status == "fuzz"):
+            result.failed = outcome
+            if force:
+                _force_apply(ws, view, patch, entry.strip, outcome, specs, result)
+            break
+        result.pushed.append(outcome)
+        specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
+        patches.append(patch)
+    if specs:
+        commits = ws.repo.write_commits(stack.head, specs, PENDING)
+        move(ws, stack.head, commits[-1], op="push")
+        ws.repo.delete_ref(PENDING)
+        result.top = (result.failed.name if result.forced else patches[-1].name) if patches or result.forced else None
+    if result.forced:
+        _write_rejects(ws, result.failed)
+        ws.needs_refresh_path.parent.mkdir(parents=True, exist_ok=True)
+        ws.needs_refresh_path.write_text(result.failed.name + "\n")  # type: ignore[union-attr]
+    return result
+
+
+def _force_apply(ws: Workspace, view: TreeView, patch: PatchFile, strip: int, outcome: PatchResult,
+                 specs: list[CommitSpec], result: PushResult) -> None:
+    """quilt push -f: commit what applies; failed hunks go to .rej files for the user."""
+    from ..model.apply import apply_hunks
+    from .engine import file_diffs
+
+    changes: dict[str, tuple[str, bytes] | None] = {}
+    for fd in file_diffs(patch, strip):
+        current = view.get(fd.path)
+        if current is None:
+            continue
+        partial = apply_hunks(current[1], fd, partial=True)
+        if partial.new is not None:
+            changes[fd.path] = (current[0], partial.new)
+    specs.append(CommitSpec(commit_message(patch), changes, commit_author(patch)))
+    result.forced = True
+
+
+def _write_rejects(ws: Workspace, outcome: PatchResult | None) -> None:
+    if outcome is None:
+        return
+    patch = ws.store.read_patch(outcome.name)
+    from .engine import file_diffs
+
+    diffs = {fd.path: fd for fd in file_diffs(patch)}
+    for f in outcome.files:
+        failed = [h for h in f.hunks if h.status not in ("clean", "offset")]
+        fd = diffs.get(f.path)
+        if not failed or fd is None:
+            continue
+        text = [f"--- a/{f.path}\n+++ b/{f.path}\n".encode()]
+        for h in failed:
+            hunk = fd.hunks[h.index]
+            text.append(f"@@ -{hunk.old_start},{hunk.old_len} +{hunk.new_start},{hunk.new_len} @@\n".encode())
+            text.extend(tag + line for tag, line in hunk.lines)
+        target = ws.repo.path / (f.path + ".rej")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"".join(text))
+
+
+def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False) -> MoveResult:
+    stack = ws.stack()
+    if not stack.applied:
+        raise StateError("no patch is applied")
+    names = stack.names
+    if target is not None:
+        if target not in names:
+            raise UsageError(f"'{target}' is not applied")
+        keep = names.index(target) + 1
+    else:
+        keep = max(len(names) - (count if count is not None else len(names)), 0)
+    saved = None
+    if force:
+        path = save_local_changes(ws, "pop")
+        saved = ws.store.rel(path) if path else None
+    else:
+        require_clean(ws, "pop")
+    new = stack.commit_below(keep)
+    move(ws, stack.head, new, op="pop", force=force)
+    popped = names[keep:]
+    if ws.needs_refresh_path.exists() and ws.needs_refresh_path.read_text().strip() in popped:
+        os.unlink(ws.needs_refresh_path)
+    for name in popped:
+        _remove_rejects(ws)
+    return MoveResult(popped, names[keep - 1] if keep else None, saved)
+
+
+def _remove_rejects(ws: Workspace) -> None:
+    for path in ws.repo.dirty_paths():
+        if path.endswith(".rej"):
+            (ws.repo.path / path).unlink(missing_ok=True)
+
+
+def goto(ws: Workspace, name: str, *, force: bool = False) -> object:
+    stack = ws.stack()
+    if name in stack.names:
+        return pop(ws, target=name, force=force)
+    return push(ws, target=name, count=None)
+
+
+@dataclass
+class RefreshResult:
+    name: str
+    changed: bool
+    files: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "changed": self.changed, "files": self.files}
+
+
+def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
+    stack = ws.stack()
+    top = stack.top
+    if top is None:
+        raise StateError("no patch is applied: nothing to refresh", hint="'gqueue new NAME' starts a patch")
+    patch = ws.store.read_patch(top.name)
+    parent = stack.commit_below(len(stack.applied) - 1)
+    forced_push = ws.needs_refresh_path.exists()
+    if not force and not forced_push:
+        _require_patch_matches_commit(ws, patch, parent, top.commit)
+    _remove_rejects(ws)
+    ws.repo.run("add", "-A", "--", ".")
+    tree = ws.repo.run("write-tree").decode().strip()
+    body = ws.repo.diff_tree_to_tree(parent, tree)
+    new_patch = with_body(patch, body)
+    files = sorted({line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"+++ b/")}
+                   | {line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"--- a/")})
+    unchanged = format_patch(new_patch) == format_patch(patch) and tree == ws.repo.tree_of(top.commit)
+    if unchanged:
+        return RefreshResult(top.name, False, files)
+    new_commit = ws.repo.commit_tree(tree, parent, commit_message(patch), commit_author(patch))
+    digest = hashlib.sha256(format_patch(new_patch)).hexdigest()
+    ws.write_journal({"op": "refresh", "old": top.commit, "new": new_commit, "patch": top.name, "sha256": digest})
+    ws.store.write_patch(new_patch)
+    ws.repo.update_ref(BRANCH, new_commit, top.commit)
+    ws.repo.reset_index(new_commit)
+    ws.clear_journal()
+    if forced_push:
+        os.unlink(ws.needs_refresh_path)
+    return RefreshResult(top.name, True, files)
+
+
+def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str) -> None:
+    """Refuse to overwrite a patch file that was edited by hand after it was pushed."""
+    view = TreeView(ws.repo, parent)
+    outcome = apply_patch(view, patch)
+    expected = ws.repo.tree_entries(commit)
+    touched = set(ws.repo.run("diff", "--name-only", "--no-renames", "-z", parent, commit).decode().split("\0")) - {""}
+    if outcome.ok and touched != set(outcome.changes):
+        raise StateError(
+            f"queue/{patch.name} was edited after it was pushed; refresh would overwrite that edit",
+            path=f"queue/{patch.name}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
+        )
+    for path, change in outcome.changes.items():
+        entry = expected.get(path)
+        if change is None and entry is None:
+            continue
+        if change is None or entry is None or ws.repo.blob(entry.sha) != change[1]:
+            raise StateError(
+                f"queue/{patch.name} was edited after it was pushed; refresh would overwrite that edit",
+                path=f"queue/{patch.name}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
+            )
+    if not outcome.ok:
+        raise StateError(
+            f"queue/{patch.name} no longer applies below its own commit (edited by hand?)",
+            path=f"queue/{patch.name}", hint="'gqueue refresh --force' overwrites it with the work tree",
+        )

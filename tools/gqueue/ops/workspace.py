@@ -1,0 +1,149 @@
+"""The workspace: the queue on disk, the work tree's repository, the lock and the journal.
+
+What is applied is read from git: the first-parent chain from the pin's tag to HEAD, one
+commit per patch, each carrying a ``Gqueue-Patch: NAME`` trailer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+from ..fsutil import atomic_write
+from ..lock import QueueLock
+from ..model.pin import Pin
+from ..store import Store
+from ..vcs.git import BRANCH, TRAILER, WorkRepo
+from .reporter import Reporter, SilentReporter
+
+STATE_DIR = ".gqueue"
+
+
+@dataclass(frozen=True)
+class Applied:
+    name: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class Stack:
+    base: str
+    head: str
+    applied: tuple[Applied, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [a.name for a in self.applied]
+
+    @property
+    def top(self) -> Applied | None:
+        return self.applied[-1] if self.applied else None
+
+    def commit_below(self, index: int) -> str:
+        """The commit under applied patch number ``index`` (0-based)."""
+        return self.applied[index - 1].commit if index > 0 else self.base
+
+
+def trailer_value(message: str, key: str = TRAILER) -> str | None:
+    for line in reversed(message.strip().splitlines()):
+        if line.startswith(key + ": "):
+            return line[len(key) + 2 :].strip()
+    return None
+
+
+class Workspace:
+    def __init__(self, store: Store, reporter: Reporter | None = None) -> None:
+        self.store = store
+        self.reporter = reporter or SilentReporter()
+        self.repo = WorkRepo(store.work_dir)
+        self._lock: QueueLock | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.store.root / STATE_DIR
+
+    # locking ----------------------------------------------------------------
+    def lock(self) -> QueueLock:
+        lock = QueueLock(self.state_dir / "lock")
+        lock.acquire()
+        if lock.stale:
+            self.reporter.note(f"cleared a stale lock left by pid {lock.stale.get('pid')} ({lock.stale.get('command')})")
+        self._lock = lock
+        return lock
+
+    def close(self) -> None:
+        self.repo.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # journal ------------------------------------------------------------------
+    @property
+    def journal_path(self) -> Path:
+        return self.state_dir / "journal.json"
+
+    def write_journal(self, entry: dict[str, Any]) -> None:
+        atomic_write(self.journal_path, json.dumps(entry, sort_keys=True).encode())
+
+    def read_journal(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.journal_path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return {"op": "unreadable"}
+
+    def clear_journal(self) -> None:
+        if self.journal_path.exists():
+            os.unlink(self.journal_path)
+
+    @property
+    def needs_refresh_path(self) -> Path:
+        return self.state_dir / "needs-refresh"
+
+    # the stack ----------------------------------------------------------------
+    def pin(self) -> Pin:
+        return self.store.read_pins().main
+
+    def require_work(self) -> None:
+        if not self.repo.exists():
+            raise StateError("no work tree yet", path="work", hint="run 'gqueue checkout'")
+
+    def base_commit(self, pin: Pin | None = None) -> str:
+        pin = pin or self.pin()
+        base = self.repo.rev(f"refs/tags/{pin.tag_name}")
+        if base is None:
+            raise StateError(
+                f"the work tree has no base for {pin.describe()}", path="work",
+                hint="run 'gqueue checkout' (the pin changed?)",
+            )
+        return base
+
+    def stack(self) -> Stack:
+        self.require_work()
+        base = self.base_commit()
+        head = self.repo.head()
+        if head is None:
+            raise StateError("the work tree has no HEAD", path="work", hint="run 'gqueue repair'")
+        if head == base:
+            return Stack(base, head, ())
+        if not self.repo.is_ancestor(base, head):
+            raise StateError("HEAD of the work tree is not on the pinned release", path="work", hint="run 'gqueue repair'")
+        applied = []
+        for sha, message in self.repo.first_parent_chain(head, base):
+            name = trailer_value(message)
+            if name is None:
+                raise StateError(
+                    f"commit {sha[:12]} in the work tree is not a gqueue patch commit", path="work",
+                    hint="run 'gqueue repair' to turn it back into work-tree changes",
+                )
+            applied.append(Applied(name, sha))
+        return Stack(base, head, tuple(applied))
+
+    def on_branch(self) -> bool:
+        head_file = self.repo.git_dir / "HEAD"
+        return head_file.read_text().strip() == f"ref: {BRANCH}"

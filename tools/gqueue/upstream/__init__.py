@@ -1,0 +1,1 @@
+"""Fetching, verifying, caching and unpacking the pinned upstream release."""

@@ -1,0 +1,121 @@
+"""Reading a source archive safely: members are streamed, never extracted by the archive library.
+
+Refused: absolute names, ``..`` components, links that point out of the tree, hard links,
+device files, and archives that unpack to more than ``MAX_TOTAL`` bytes (zip bombs).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import IntegrityError
+
+MAX_TOTAL = 8 << 30
+MAX_MEMBER = 1 << 30
+MAX_RATIO = 200
+
+
+@dataclass(frozen=True)
+class Member:
+    path: str  # relative to the single top folder
+    mode: str  # git mode: 100644, 100755, 120000
+    data: bytes
+
+
+def _check_name(name: str, archive: str) -> list[str]:
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        raise IntegrityError(f"archive member '{name}' has an absolute path", path=archive)
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise IntegrityError(f"archive member '{name}' escapes the extraction folder", path=archive)
+    return parts
+
+
+def _check_link(parts: list[str], target: str, archive: str) -> None:
+    if target.startswith("/"):
+        raise IntegrityError(f"archive link '{'/'.join(parts)}' points to an absolute path", path=archive)
+    resolved = posixpath.normpath(posixpath.join("/".join(parts[:-1]), target))
+    if resolved == ".." or resolved.startswith("../"):
+        raise IntegrityError(f"archive link '{'/'.join(parts)}' points out of the tree", path=archive)
+
+
+def _strip_top(items: list[tuple[list[str], str, bytes]], archive: str) -> Iterator[Member]:
+    tops = {parts[0] for parts, _, _ in items}
+    strip = len(tops) == 1 and all(len(parts) > 1 for parts, _, _ in items)
+    for parts, mode, data in items:
+        rel = parts[1:] if strip else parts
+        yield Member("/".join(rel), mode, data)
+
+
+def read_archive(path: Path) -> list[Member]:
+    name = path.name
+    if name.endswith(".zip") or name.endswith(".whl"):
+        return list(_read_zip(path))
+    return list(_read_tar(path))
+
+
+def _read_tar(path: Path) -> Iterator[Member]:
+    archive = path.name
+    total = 0
+    items: list[tuple[list[str], str, bytes]] = []
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for info in tar:
+                parts = _check_name(info.name, archive)
+                if not parts or info.isdir():
+                    continue
+                if info.islnk() or info.ischr() or info.isblk() or info.isfifo() or info.isdev():
+                    raise IntegrityError(f"archive member '{info.name}' is a hard link or device", path=archive)
+                if info.issym():
+                    _check_link(parts, info.linkname, archive)
+                    items.append((parts, "120000", info.linkname.encode()))
+                    continue
+                if not info.isfile():
+                    continue
+                total += info.size
+                if info.size > MAX_MEMBER or total > MAX_TOTAL:
+                    raise IntegrityError(f"archive unpacks to more than {MAX_TOTAL} bytes", path=archive)
+                handle = tar.extractfile(info)
+                data = handle.read() if handle else b""
+                mode = "100755" if info.mode & stat.S_IXUSR else "100644"
+                items.append((parts, mode, data))
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise IntegrityError(f"cannot read archive: {exc}", path=archive) from None
+    yield from _strip_top(items, archive)
+
+
+def _read_zip(path: Path) -> Iterator[Member]:
+    archive = path.name
+    total = 0
+    items: list[tuple[list[str], str, bytes]] = []
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                parts = _check_name(info.filename, archive)
+                if not parts or info.is_dir():
+                    continue
+                total += info.file_size
+                if info.file_size > MAX_MEMBER or total > MAX_TOTAL:
+                    raise IntegrityError(f"archive unpacks to more than {MAX_TOTAL} bytes", path=archive)
+                if info.compress_size and info.file_size / info.compress_size > MAX_RATIO and info.file_size > 1 << 24:
+                    raise IntegrityError(f"archive member '{info.filename}' looks like a zip bomb", path=archive)
+                unix_mode = info.external_attr >> 16
+                with zf.open(info) as handle:
+                    data = handle.read(info.file_size + 1)
+                if len(data) > info.file_size:
+                    raise IntegrityError(f"archive member '{info.filename}' is larger than declared", path=archive)
+                if stat.S_ISLNK(unix_mode):
+                    _check_link(parts, data.decode("utf-8", "replace"), archive)
+                    items.append((parts, "120000", data))
+                    continue
+                mode = "100755" if unix_mode & stat.S_IXUSR else "100644"
+                items.append((parts, mode, data))
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise IntegrityError(f"cannot read archive: {exc}", path=archive) from None
+    yield from _strip_top(items, archive)

@@ -1,0 +1,311 @@
+"""The git adapter: every git process gqueue starts goes through this module.
+
+Reads go through GitPython's long-lived ``cat-file --batch``; commits are written in one
+``git fast-import`` stream; refs move with compare-and-swap ``update-ref``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import git as gitpython
+
+from ..errors import GqueueError, StateError
+from ..fsutil import fault_point
+
+BRANCH = "refs/heads/gqueue"
+FIXED_DATE = "1000000000 +0000"
+CONFIG = (
+    "-c", "core.quotepath=off", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
+    "-c", "core.filemode=true", "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false",
+    "-c", "advice.detachedHead=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+)
+DIFF_OPTIONS = (
+    "--no-color", "--no-ext-diff", "--no-renames", "--no-textconv", "--full-index",
+    "--src-prefix=a/", "--dst-prefix=b/", "-U3", "--diff-algorithm=myers",
+)
+TRAILER = "Gqueue-Patch"
+
+
+class GitError(GqueueError):
+    ref = "git"
+
+
+@dataclass(frozen=True)
+class Entry:
+    mode: str
+    sha: str
+
+
+@dataclass(frozen=True)
+class CommitSpec:
+    """One commit to write: the files it changes (None deletes) on top of its parent."""
+
+    message: str
+    changes: dict[str, tuple[str, bytes] | None]  # path -> (mode, content) or None
+    author: str = "gqueue <gqueue@localhost>"
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"})
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        env.pop(key, None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+class WorkRepo:
+    """The work tree's repository (``work/`` under the queue root)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._repo: gitpython.Repo | None = None
+
+    # plumbing ---------------------------------------------------------------
+    def run(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, check: bool = True) -> bytes:
+        fault_point("git")
+        proc = subprocess.run(
+            ["git", *CONFIG, *args], cwd=self.path, input=input, capture_output=True, env=_env(env)
+        )
+        if check and proc.returncode != 0:
+            message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+        return proc.stdout
+
+    def ok(self, *args: str) -> bool:
+        return subprocess.run(
+            ["git", *CONFIG, *args], cwd=self.path, capture_output=True, env=_env()
+        ).returncode == 0
+
+    @property
+    def repo(self) -> gitpython.Repo:
+        if self._repo is None:
+            self._repo = gitpython.Repo(self.path)
+        return self._repo
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
+
+    def __enter__(self) -> "WorkRepo":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def git_dir(self) -> Path:
+        return self.path / ".git"
+
+    def exists(self) -> bool:
+        return (self.git_dir / "HEAD").is_file()
+
+    def init(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["git", *CONFIG, "init", "-q", "--initial-branch=gqueue", str(self.path)],
+            check=True, capture_output=True, env=_env(),
+        )
+        self.run("config", "core.autocrlf", "false")
+        self.run("config", "gc.auto", "0")
+
+    # reading ------------------------------------------------------------------
+    def rev(self, ref: str) -> str | None:
+        out = subprocess.run(
+            ["git", *CONFIG, "rev-parse", "-q", "--verify", ref + "^{commit}"],
+            cwd=self.path, capture_output=True, env=_env(),
+        )
+        return out.stdout.decode().strip() or None if out.returncode == 0 else None
+
+    def head(self) -> str | None:
+        return self.rev("HEAD")
+
+    def blob(self, sha: str) -> bytes:
+        return self.repo.odb.stream(bytes.fromhex(sha)).read()
+
+    def tree_entries(self, commit: str) -> dict[str, Entry]:
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", commit)
+        entries: dict[str, Entry] = {}
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            info, path = record.split(b"\t", 1)
+            mode, _kind, sha = info.decode().split()
+            entries[path.decode("utf-8", "surrogateescape")] = Entry(mode, sha)
+        return entries
+
+    def tree_of(self, commit: str) -> str:
+        return self.run("rev-parse", commit + "^{tree}").decode().strip()
+
+    def message(self, commit: str) -> str:
+        return self.run("log", "-1", "--format=%B", commit).decode("utf-8", "replace")
+
+    def first_parent_chain(self, head: str, stop: str) -> list[tuple[str, str]]:
+        """(sha, message) from ``stop`` (exclusive) up to ``head``, oldest first."""
+        out = self.run("log", "--first-parent", "--format=%H%x00%B%x1e", f"{stop}..{head}")
+        chain = []
+        for record in out.decode("utf-8", "replace").split("\x1e"):
+            record = record.strip("\n")
+            if record:
+                sha, _, msg = record.partition("\0")
+                chain.append((sha, msg))
+        return list(reversed(chain))
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self.ok("merge-base", "--is-ancestor", ancestor, descendant)
+
+    def dirty_paths(self) -> list[str]:
+        """Paths whose work-tree or index state differs from HEAD (untracked, not ignored, too)."""
+        out = self.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        paths = []
+        for record in out.split(b"\0"):
+            if record and len(record) > 3:
+                paths.append(record[3:].decode("utf-8", "surrogateescape"))
+        return paths
+
+    def diff(self, old: str, new: str, paths: Iterable[str] = ()) -> bytes:
+        return self.run("diff", *DIFF_OPTIONS, old, new, "--", *paths)
+
+    # writing ------------------------------------------------------------------
+    def write_commits(self, parent: str, specs: list[CommitSpec], ref: str, date: str = FIXED_DATE) -> list[str]:
+        """Write a chain of commits on ``parent`` in one fast-import run; ``ref`` ends at the last.
+
+        ``ref`` should be a scratch ref: callers move the branch themselves with a CAS.
+        """
+        if not specs:
+            return []
+        with tempfile.TemporaryDirectory(prefix="gqueue-fi-") as tmp:
+            marks = Path(tmp) / "marks"
+            proc = subprocess.Popen(
+                ["git", *CONFIG, "fast-import", "--quiet", "--done", f"--export-marks={marks}", "--force"],
+                cwd=self.path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+            )
+            assert proc.stdin is not None
+            try:
+                self._stream(proc.stdin, parent, specs, ref, date)
+                proc.stdin.write(b"done\n")
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            err = proc.stderr.read() if proc.stderr else b""
+            if proc.wait() != 0:
+                raise GitError(f"git fast-import failed: {err.decode('utf-8', 'replace').strip()[-300:]}")
+            fault_point("git")
+            mark_map = {}
+            for line in marks.read_text().splitlines():
+                mark, sha = line.split()
+                mark_map[int(mark[1:])] = sha
+        return [mark_map[i + 1] for i in range(len(specs))]
+
+    def _stream(self, out, parent: str, specs: list[CommitSpec], ref: str, date: str) -> None:  # noqa: ANN001
+        w = out.write
+        w(f"reset {ref}\nfrom {parent}\n\n".encode())
+        for number, spec in enumerate(specs, start=1):
+            msg = spec.message.encode("utf-8")
+            w(f"commit {ref}\nmark :{number}\n".encode())
+            w(f"author {spec.author} {date}\ncommitter gqueue <gqueue@localhost> {date}\n".encode())
+            w(b"data %d\n%s\n" % (len(msg), msg))
+            if number == 1:
+                w(f"from {parent}\n".encode())
+            for path, change in sorted(spec.changes.items()):
+                quoted = _fi_path(path)
+                if change is None:
+                    w(b"D " + quoted + b"\n")
+                else:
+                    mode, data = change
+                    w(b"M " + mode.encode() + b" inline " + quoted + b"\n")
+                    w(b"data %d\n" % len(data))
+                    w(data)
+                    w(b"\n")
+            w(b"\n")
+
+    def import_tree(self, files: Iterator[tuple[str, str, bytes]], message: str, ref: str, tag: str) -> str:
+        """Import a whole tree as a root commit (one fast-import stream) and tag it."""
+        with tempfile.TemporaryDirectory(prefix="gqueue-fi-") as tmp:
+            marks = Path(tmp) / "marks"
+            proc = subprocess.Popen(
+                ["git", *CONFIG, "fast-import", "--quiet", "--done", f"--export-marks={marks}", "--force"],
+                cwd=self.path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+            )
+            assert proc.stdin is not None
+            w = proc.stdin.write
+            msg = message.encode()
+            w(f"commit {ref}\nmark :1\n".encode())
+            w(f"author gqueue <gqueue@localhost> {FIXED_DATE}\ncommitter gqueue <gqueue@localhost> {FIXED_DATE}\n".encode())
+            w(b"data %d\n%s\n" % (len(msg), msg))
+            for path, mode, data in files:
+                w(b"M " + mode.encode() + b" inline " + _fi_path(path) + b"\n")
+                w(b"data %d\n" % len(data))
+                w(data)
+                w(b"\n")
+            w(b"\n")
+            w(f"reset refs/tags/{tag}\nfrom :1\n\ndone\n".encode())
+            proc.stdin.close()
+            err = proc.stderr.read() if proc.stderr else b""
+            if proc.wait() != 0:
+                raise GitError(f"git fast-import failed: {err.decode('utf-8', 'replace').strip()[-300:]}")
+            sha = marks.read_text().split()[1]
+        fault_point("git")
+        return sha
+
+    def update_ref(self, ref: str, new: str, old: str | None = None) -> None:
+        args = ["update-ref", "-m", "gqueue", ref, new]
+        if old is not None:
+            args.append(old)
+        self.run(*args)
+
+    def delete_ref(self, ref: str) -> None:
+        self.run("update-ref", "-d", ref)
+
+    def switch_tree(self, old: str, new: str) -> None:
+        """Move index and files from commit ``old`` to ``new``; refuses to overwrite local edits."""
+        self.run("read-tree", "-m", "-u", old, new)
+
+    def checkout_fresh(self, commit: str) -> None:
+        self.run("read-tree", "--reset", "-u", commit)
+
+    def reset_index(self, commit: str) -> None:
+        self.run("read-tree", commit)
+
+    def set_head(self, ref: str) -> None:
+        self.run("symbolic-ref", "HEAD", ref)
+
+    def snapshot_tree(self) -> str:
+        """The work tree (tracked changes and new files not ignored) as a tree object.
+
+        Uses a temporary index, so the real index is untouched.
+        """
+        with tempfile.TemporaryDirectory(prefix="gqueue-idx-") as tmp:
+            index = Path(tmp) / "index"
+            real = self.git_dir / "index"
+            if real.exists():
+                index.write_bytes(real.read_bytes())
+            env = {"GIT_INDEX_FILE": str(index)}
+            self.run("add", "-A", "--", ".", env=env)
+            return self.run("write-tree", env=env).decode().strip()
+
+    def commit_tree(self, tree: str, parent: str, message: str, author: str) -> str:
+        name, _, email = author.partition(" <")
+        env = {
+            "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": FIXED_DATE,
+            "GIT_COMMITTER_NAME": "gqueue", "GIT_COMMITTER_EMAIL": "gqueue@localhost", "GIT_COMMITTER_DATE": FIXED_DATE,
+        }
+        return self.run("commit-tree", tree, "-p", parent, input=message.encode("utf-8"), env=env).decode().strip()
+
+    def diff_tree_to_tree(self, old: str, new_tree: str) -> bytes:
+        return self.run("diff", *DIFF_OPTIONS, old, new_tree)
+
+
+def _fi_path(path: str) -> bytes:
+    raw = path.encode("utf-8", "surrogateescape")
+    if any(c in raw for c in (b'"', b"\n", b"\\")) or raw.startswith(b" "):
+        raise StateError(f"unsupported file name {path!r}")
+    return raw
