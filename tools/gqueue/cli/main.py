@@ -111,6 +111,6 @@ def cli(click_ctx: click.Context, directory: Path, quiet: bool) -> None:
 
 
 def main() -> None:
-    from . import commands  # noqa: F401 - registers the commands
+    from . import cmd_build, cmd_drift, cmd_interop, cmd_tools, commands  # noqa: F401 - register commands
 
     cli(prog_name="gqueue")

@@ -1,0 +1,1 @@
+"""Commands of this area register themselves on the gqueue group when imported."""
