@@ -1,1 +1,36 @@
-"""Commands of this area register themselves on the gqueue group when imported."""
+"""import and export commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import ExitCode, UsageError
+from ..ops import interop
+from ..ops.workspace import Workspace
+from .main import boundary, cli
+
+
+@cli.command(name="import")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--series", "series_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Import every patch of a quilt series file, in its order.")
+@boundary("import")
+def import_(ws: Workspace, files: tuple[Path, ...], series_file: Path | None) -> tuple[object, str, int]:
+    """Import quilt patches, DEP-3 patches or git format-patch mails after the top patch."""
+    result = interop.import_patches(ws, list(files), series_file=series_file)
+    text = "\n".join(f"imported {r['name']} (id {r['id']}, from {r['from']})" for r in result.imported)
+    return result.to_json(), text, ExitCode.OK
+
+
+@cli.command()
+@click.option("--quilt", "quilt_dir", type=click.Path(file_okay=False, path_type=Path), help="Write a quilt series here.")
+@click.option("--mbox", "mbox", type=click.Path(dir_okay=False, path_type=Path), help="Write an mbox that 'git am' takes.")
+@boundary("export", lock=False)
+def export(ws: Workspace, quilt_dir: Path | None, mbox: Path | None) -> tuple[object, str, int]:
+    """Export the series as a quilt patches folder or an mbox."""
+    if (quilt_dir is None) == (mbox is None):
+        raise UsageError("give exactly one of --quilt DIR or --mbox FILE")
+    result = interop.export_quilt(ws, quilt_dir) if quilt_dir else interop.export_mbox(ws, mbox)  # type: ignore[arg-type]
+    return result.to_json(), f"wrote {len(result.patches)} patch(es) to {result.target} ({result.kind})", ExitCode.OK

@@ -1,0 +1,40 @@
+# Set-up and the two jobs of this repository. Everything the project needs is installed here.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+GQ     := $(VENV)/bin/gqueue
+
+.PHONY: run test check-queue bench clean
+
+$(VENV)/.tool: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# The main job: fetch the pinned vLLM (hash-verified, cached), apply the whole queue, print the report.
+run: $(VENV)/.tool
+	$(GQ) checkout
+	@if [ -n "$$($(GQ) applied 2>/dev/null)" ]; then $(GQ) pop --all; fi
+	$(GQ) push --all
+
+# What the patch tests import: CPU torch and the vLLM tree's own runtime requirements.
+$(VENV)/.vllm-deps: $(VENV)/.tool
+	@test -f work/requirements/common.txt || $(MAKE) run
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r work/requirements/common.txt numba
+	touch $@
+
+check-queue: $(VENV)/.tool
+	$(GQ) lint
+	$(GQ) docs --check
+	$(GQ) check --junit bench-out/check-junit.xml
+
+# The tests: the queue gate, then every test but the GPU-only ones (slow real-vLLM tests included).
+test: run $(VENV)/.vllm-deps check-queue
+	$(PY) -m pytest -m "not gpu" -p no:cacheprovider
+
+bench: $(VENV)/.tool
+	$(PY) tools/bench/stack.py
+
+clean:
+	rm -rf $(VENV) work .gqueue dist bench-out
