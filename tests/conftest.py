@@ -10,6 +10,8 @@ from typing import Iterator
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Real sdists and wheels are cached across runs on one machine (slow tests only).
+REAL_CACHE = os.environ.get("GQUEUE_CACHE") or str(Path.home() / ".cache" / "gqueue")
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +31,13 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GQUEUE_TEST_CRASH_AFTER"):
         monkeypatch.delenv(name, raising=False)
     yield home
+
+
+@pytest.fixture
+def real_cache(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The machine's persistent gqueue cache, for tests that download real vLLM releases."""
+    monkeypatch.setenv("GQUEUE_CACHE", REAL_CACHE)
+    return REAL_CACHE
 
 
 import sys as _sys

@@ -25,6 +25,10 @@ if not (TREE / "vllm" / "__init__.py").is_file():
 for entry in (str(KERNELS), str(TREE)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
+# vLLM inspects models in subprocesses (python -m vllm...): they need the same two folders.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(TREE), str(KERNELS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+)
 
 SWITCH_PREFIXES = ("GENESIS_", "SNDR_")
 

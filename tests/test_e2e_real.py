@@ -1,0 +1,43 @@
+"""End to end on the real vLLM 0.24.0 sdist: checkout, push the project's queue, pop back."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from synth import Queue
+
+pytestmark = pytest.mark.slow
+
+
+def test_project_queue_on_real_vllm(tmp_path: Path, real_cache: str) -> None:
+    root = tmp_path / "q"
+    root.mkdir()
+    for name in ("series", "vendor-pin.txt"):
+        shutil.copy(REPO / name, root / name)
+    shutil.copytree(REPO / "queue", root / "queue")
+    q = Queue(root)
+    q.run("checkout")
+    names = q.run("series").stdout.split()
+    assert names, "the project's series is empty"
+    pushed = q.run("push", "--all")
+    assert pushed.stdout.count("applied") >= len(names)
+    assert q.run("applied").stdout.split() == names
+    q.run("pop", "--all")
+    # The tree is byte-identical to the sdist's members.
+    pin_sha = (root / "vendor-pin.txt").read_text().split("sdist=sha256:")[1].split()[0]
+    sdist = next(Path(real_cache).glob(f"sha256/*/{pin_sha}/*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            rel = member.name.split("/", 1)[1]
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            on_disk = (q.work / rel).read_bytes()
+            assert hashlib.sha256(on_disk).digest() == hashlib.sha256(data).digest(), rel
+    assert q.run("status", "--json").stdout.count('"dirty": []') == 1

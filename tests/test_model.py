@@ -1,0 +1,73 @@
+"""The pure model: round trips, diff parsing errors with lines, hunk placement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from gqueue.errors import FormatError
+from gqueue.model.apply import apply_hunks
+from gqueue.model.diff import parse_diff
+from gqueue.model.patch import format_patch, parse_patch, with_fields
+from gqueue.model.pin import parse_pins
+from gqueue.model.series import parse_series
+
+QUEUE_FILES = sorted((REPO / "queue").glob("*.patch"))
+
+
+@pytest.mark.parametrize("path", QUEUE_FILES, ids=[p.name for p in QUEUE_FILES])
+def test_every_queue_file_round_trips_byte_for_byte(path: Path) -> None:
+    data = path.read_bytes()
+    assert format_patch(parse_patch(data, name=path.name)) == data
+
+
+def test_project_series_and_pin_round_trip() -> None:
+    text = (REPO / "series").read_text()
+    assert parse_series(text).text() == text
+    pins = (REPO / "vendor-pin.txt").read_text()
+    parsed = parse_pins(pins)
+    assert parsed.text() == pins and parsed.main.version == "0.24.0"
+
+
+def test_with_fields_touches_only_its_lines() -> None:
+    data = b"---\nid: P1\n# a comment kept\ntitle: t\nlifecycle: experimental\nnotes: |\n  two\n  lines\n...\nbody\n"
+    patch = with_fields(parse_patch(data, name="P1-x.patch"), {"lifecycle": "merged_upstream"})
+    assert format_patch(patch) == data.replace(b"lifecycle: experimental", b"lifecycle: merged_upstream")
+
+
+def test_header_errors_name_the_line() -> None:
+    with pytest.raises(FormatError) as err:
+        parse_patch(b"---\nid: P1\ntitle: [unclosed\n...\n", name="x.patch")
+    assert err.value.line is not None and err.value.line >= 3
+    with pytest.raises(FormatError, match="anchors and aliases"):
+        parse_patch(b"---\nid: &a P1\ntitle: *a\n...\n", name="x.patch")
+    with pytest.raises(FormatError, match="never closed"):
+        parse_patch(b"---\nid: P1\n", name="x.patch")
+
+
+def test_diff_line_counts_that_lie_are_reported_with_line() -> None:
+    body = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n"
+    with pytest.raises(FormatError) as err:
+        parse_diff(body, path="queue/x.patch", first_line=10)
+    assert err.value.path == "queue/x.patch" and err.value.line == 13
+
+
+def test_hunk_offsets_are_relative_to_the_header_line() -> None:
+    old = b"".join(b"l%d\n" % i for i in range(30))
+    body = b"--- a/f\n+++ b/f\n@@ -5,3 +5,3 @@\n l4\n-l5\n+L5\n l6\n@@ -20,3 +20,3 @@\n l19\n-l20\n+L20\n l21\n"
+    fd = parse_diff(body)[0]
+    shifted = b"x\nx\n" + old
+    outcome = apply_hunks(shifted, fd)
+    assert [(h.status, h.offset) for h in outcome.hunks] == [("offset", 2), ("offset", 2)]
+    assert outcome.new == shifted.replace(b"l5\n", b"L5\n", 1).replace(b"l20\n", b"L20\n", 1)
+
+
+def test_fuzz_is_never_taken_silently() -> None:
+    old = b"".join(b"l%d\n" % i for i in range(10)).replace(b"l2\n", b"CHANGED\n")
+    body = b"--- a/f\n+++ b/f\n@@ -3,4 +3,4 @@\n l2\n l3\n-l4\n+L4\n l5\n"
+    fd = parse_diff(body)[0]
+    assert apply_hunks(old, fd).hunks[0].status == "failed"
+    fuzzed = apply_hunks(old, fd, max_fuzz=1)
+    assert fuzzed.hunks[0].status == "fuzz" and fuzzed.hunks[0].fuzz == 1 and b"L4\n" in fuzzed.new
