@@ -11,42 +11,59 @@ from ..errors import FormatError
 MAX_HEADER_BYTES = 256 * 1024
 MAX_SCALAR_CHARS = 64 * 1024
 MAX_NODES = 20_000
+MAX_DEPTH = 32  # nesting of mappings and sequences; PyYAML's composer recurses per level
+
+
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str, Any], dict[str, int]]:
-    """Load a YAML mapping; return it with the 1-based file line of each top-level key."""
+    """Load a YAML mapping; return it with the 1-based file line of each top-level key.
+
+    One pass over the events checks the limits and finds the key lines; then one load.
+    """
     if len(text.encode("utf-8", "surrogateescape")) > MAX_HEADER_BYTES:
         raise FormatError(f"header larger than {MAX_HEADER_BYTES} bytes", path=path, line=first_line)
-    try:
-        events = list(yaml.parse(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        raise _format_error(exc, path, first_line) from None
+    lines: dict[str, int] = {}
     nodes = 0
-    for event in events:
-        anchor = getattr(event, "anchor", None)
-        if isinstance(event, yaml.AliasEvent) or anchor is not None:
-            line = first_line + event.start_mark.line
-            raise FormatError("YAML anchors and aliases are not allowed in a patch header", path=path, line=line)
-        if isinstance(event, yaml.ScalarEvent):
-            nodes += 1
-            if len(event.value) > MAX_SCALAR_CHARS:
-                line = first_line + event.start_mark.line
-                raise FormatError(f"YAML scalar longer than {MAX_SCALAR_CHARS} characters", path=path, line=line)
-        if nodes > MAX_NODES:
-            raise FormatError("YAML header has too many values", path=path, line=first_line)
+    depth = 0
+    expect_key = False
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        for event in yaml.parse(text, Loader=Loader):
+            line = first_line + event.start_mark.line
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise FormatError("YAML anchors and aliases are not allowed in a patch header", path=path, line=line)
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if depth == 1 and not expect_key:
+                    expect_key = True  # a collection value of a top-level key
+                elif depth == 1:
+                    raise FormatError("header keys must be plain strings", path=path, line=line)
+                depth += 1
+                if depth == 1:
+                    if not isinstance(event, yaml.MappingStartEvent):
+                        raise FormatError("patch header must be a YAML mapping", path=path, line=line)
+                    expect_key = True
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(event, yaml.ScalarEvent):
+                nodes += 1
+                if len(event.value) > MAX_SCALAR_CHARS:
+                    raise FormatError(f"YAML scalar longer than {MAX_SCALAR_CHARS} characters", path=path, line=line)
+                if depth == 1:
+                    if expect_key:
+                        lines.setdefault(event.value, line)
+                    expect_key = not expect_key
+                elif depth == 0:
+                    raise FormatError("patch header must be a YAML mapping", path=path, line=line)
+            if nodes > MAX_NODES:
+                raise FormatError("YAML header has too many values", path=path, line=first_line)
+        data = yaml.load(text, Loader=Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise _format_error(exc, path, first_line) from None
     if data is None:
         return {}, {}
-    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+    if not isinstance(data, dict):
         raise FormatError("patch header must be a YAML mapping", path=path, line=first_line)
-    lines: dict[str, int] = {}
-    for key_node, _value in node.value:
-        if isinstance(key_node, yaml.ScalarNode):
-            lines[str(key_node.value)] = first_line + key_node.start_mark.line
     for key in data:
         if not isinstance(key, str):
             raise FormatError(f"header key {key!r} is not a string", path=path, line=first_line)

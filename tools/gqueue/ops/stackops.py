@@ -6,7 +6,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ConflictError, StateError, UsageError
+from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
@@ -101,6 +101,7 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         pending = pending[:count]
     if not pending:
         raise StateError("the whole series is already applied" if series.entries else "the series is empty")
+    _require_unique_ids(ws, series, len(stack.applied) + len(pending))
     view = TreeView(ws.repo, stack.head)
     result = PushResult()
     specs: list[CommitSpec] = []
@@ -127,6 +128,19 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         ws.needs_refresh_path.parent.mkdir(parents=True, exist_ok=True)
         ws.needs_refresh_path.write_text(result.failed.name + "\n")  # type: ignore[union-attr]
     return result
+
+
+def _require_unique_ids(ws: Workspace, series: Series, upto: int) -> None:
+    """Two patches of the stack must not share an id (commits, reports and requires name patches by it)."""
+    seen: dict[str, str] = {}
+    for entry in series.entries[:upto]:
+        patch = ws.store.read_patch(entry.name, line=entry.line)
+        first = seen.setdefault(patch.meta.id, entry.name)
+        if first != entry.name:
+            raise FormatError(
+                f"patch id '{patch.meta.id}' is used by both {first} and {entry.name}",
+                path=f"queue/{entry.name}", line=patch.meta.line_of("id"), hint="give each patch its own id",
+            )
 
 
 def _force_apply(ws: Workspace, view: TreeView, patch: PatchFile, strip: int, outcome: PatchResult,
@@ -191,7 +205,7 @@ def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, forc
     popped = names[keep:]
     if ws.needs_refresh_path.exists() and ws.needs_refresh_path.read_text().strip() in popped:
         os.unlink(ws.needs_refresh_path)
-    for name in popped:
+    if ws.needs_refresh_path.exists() or force:
         _remove_rejects(ws)
     return MoveResult(popped, names[keep - 1] if keep else None, saved)
 
