@@ -105,7 +105,7 @@ def test_fixed_decode_batches_use_16_row_tile(runs, m):
     assert run["rel_err"] < 1e-4
 
 
-def test_fixed_larger_batches_keep_default(runs):
+def test_on_larger_batches_keep_default(runs):
     run = runs["1/9"]
     assert run["config"] == UPSTREAM_DEFAULT
     assert run["rel_err"] < 1e-4
