@@ -32,20 +32,14 @@ def render_registry(patches: Iterable[PatchFile]) -> str:
 
 
 def main() -> None:  # pragma: no cover - developer convenience
-    """Regenerate kernels/vllm_genesis/registry.json from every patch under queue/."""
+    """Regenerate the registry and the catalogue from the series ('gqueue docs' does the same)."""
     from pathlib import Path
 
-    from .fsutil import atomic_write
-    from .model.patch import parse_patch
+    from .ops.catalogue import write
+    from .store import Store
 
-    root = Path.cwd()
-    patches = [
-        parse_patch(p.read_bytes(), name=p.name, path=f"queue/{p.name}")
-        for p in sorted((root / "queue").glob("*.patch"))
-    ]
-    target = root / "kernels" / "vllm_genesis" / "registry.json"
-    atomic_write(target, render_registry(patches).encode("utf-8"))
-    print(f"{target.relative_to(root)}: {len(patches)} patches")
+    result = write(Store.find(Path.cwd()))
+    print(result.to_json())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from ..errors import ExitCode, StateError, UsageError
+from ..model.profile import POLICIES
 from ..ops import checkout as checkout_op
-from ..ops import queueops, recovery, stackops
+from ..ops import plan, queueops, recovery, stackops
 from ..ops.workspace import Workspace
 from .main import Context, boundary, cli
 from .render import push_report
@@ -49,10 +50,14 @@ def _count(all_: bool, count: int | None) -> int | None:
 @click.option("-n", "count", type=int, help="Push this many patches.")
 @click.option("-f", "--force", is_flag=True, help="Apply what applies; leave .rej files; a refresh is then required.")
 @click.option("--fuzz", type=click.IntRange(0, 3), default=0, help="Accept hunks that need up to N lines of fuzz.")
+@click.option("--profile", help="Push only the patches this profile selects (see 'gqueue plan').")
+@click.option("--policy", type=click.Choice(POLICIES), help="The plan policy (default: the profile's).")
 @boundary("push")
-def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool, fuzz: int) -> Result:
+def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool, fuzz: int,
+         profile: str | None, policy: str | None) -> Result:
     """Apply the next patch(es) of the series, one commit each."""
-    result = stackops.push(ws, count=_count(all_, count), target=target, force=force, fuzz=fuzz)
+    selected = plan.filtered_series(ws.store, profile, policy) if profile or policy else None
+    result = stackops.push(ws, count=_count(all_, count), target=target, force=force, fuzz=fuzz, series=selected)
     code = ExitCode.CONFLICT if result.failed is not None else ExitCode.OK
     return result.to_json(), push_report(result), code
 

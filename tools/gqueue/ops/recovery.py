@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 
 from ..errors import StateError
 from ..vcs.git import BRANCH
-from .transaction import save_local_changes
+from .transaction import recover_queue_edit, save_local_changes
 from .workspace import Workspace, trailer_value
 
 
@@ -26,15 +27,47 @@ def _worktree_matches(ws: Workspace, commit: str, paths: list[str]) -> bool:
     return True
 
 
+_TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # what fsutil.atomic_write names its temporaries
+
+
+def _sweep_temporaries(ws: Workspace) -> list[str]:
+    """Remove the temporary files of atomic writes that a killed process never renamed."""
+    removed = []
+    for folder in (ws.store.root, ws.store.queue_dir, ws.state_dir):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if _TEMPORARY.match(name) and (folder / name).is_file():
+                (folder / name).unlink(missing_ok=True)
+                removed.append(ws.store.rel(folder / name))
+    return [f"removed {len(removed)} temporary file(s) of an interrupted write: {', '.join(removed)}"] if removed else []
+
+
+def _restore_checkout(ws: Workspace) -> list[str]:
+    """A checkout killed after it moved the branch but before it wrote the files: write them."""
+    if not ws.repo.exists() or (ws.repo.git_dir / "index").exists():
+        return []
+    head = ws.repo.head()
+    if head is None or any(name != ".git" for name in os.listdir(ws.repo.path)):
+        return []
+    ws.repo.checkout_fresh(head)
+    return ["finished an interrupted checkout (wrote the files of the pinned release)"]
+
+
 def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
     """Look at the journal left by an interrupted command and finish or undo it."""
+    early = _sweep_temporaries(ws) + recover_queue_edit(ws) + _restore_checkout(ws)
+    for action in early:
+        ws.reporter.note(action)
     journal = ws.read_journal()
     if journal is None:
-        return []
+        return early
     actions: list[str] = []
     if not ws.repo.exists() or journal.get("op") == "unreadable":
         ws.clear_journal()
-        return ["dropped an unreadable journal"]
+        return [*early, "dropped an unreadable journal"]
     op, old, new = journal.get("op"), journal.get("old"), journal.get("new")
     head = ws.repo.head()
     if op == "refresh":
@@ -76,7 +109,7 @@ def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
         ws.clear_journal()
     for action in actions:
         ws.reporter.note(action)
-    return actions
+    return [*early, *actions]
 
 
 @dataclass

@@ -83,8 +83,10 @@ def check_stack_matches(stack: Stack, series: Series) -> None:
             )
 
 
-def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False, fuzz: int = 0) -> PushResult:
-    series = ws.store.read_series()
+def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False, fuzz: int = 0,
+         series: Series | None = None) -> PushResult:
+    """Apply patches of ``series`` (default: the series file; a profile passes its selection)."""
+    series = series if series is not None else ws.store.read_series()
     stack = ws.stack()
     check_stack_matches(stack, series)
     require_refreshed(ws)

@@ -1,0 +1,203 @@
+"""gqueue bisect run on the synthetic upstream: a planted culprit at every position."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from gqueue.errors import StateError, UsageError
+from gqueue.ops import bisect as bisect_op
+from gqueue.ops.workspace import Workspace
+from gqueue.store import Store
+from synth import BASE_FILES, Queue, make_queue, unified
+
+
+def build_queue(tmp: Path, n: int) -> Queue:
+    """n patches; patch i adds vllm/mark_i.py and edits f{i} in vllm/util.py."""
+    q = make_queue(tmp)
+    util = BASE_FILES["vllm/util.py"]
+    names = []
+    for i in range(1, n + 1):
+        name = f"B{i}-step-{i}.patch"
+        body = unified("vllm/util.py", util, util.replace(f"return x + {i}\n", f"return x + {i * 100}\n", 1))
+        body += unified(f"vllm/mark_{i}.py", "", f"MARK = {i}\n").replace(
+            f"--- a/vllm/mark_{i}.py", "--- /dev/null").replace("diff --git", "diff --git", 1)
+        body = body.replace(f"diff --git a/vllm/mark_{i}.py b/vllm/mark_{i}.py\n",
+                            f"diff --git a/vllm/mark_{i}.py b/vllm/mark_{i}.py\nnew file mode 100644\n")
+        q.write_patch(name, body, patch_id=f"B{i}",
+                      extra=f"upstream:\n  pr: {1000 + i}\n  state: open\n  relationship: backport\ncredit: dev{i}\n")
+        names.append(name)
+    q.set_series(*names)
+    q.run("checkout")
+    return q
+
+
+def culprit_runner(k: int, calls: list[int] | None = None) -> bisect_op.Runner:
+    def run(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> int:
+        if calls is not None:
+            calls.append(int(env["GQUEUE_BISECT_POSITION"]))
+        return 1 if (cwd / f"vllm/mark_{k}.py").exists() else 0
+
+    return run
+
+
+def snapshot(q: Queue) -> tuple[str, list[str], dict[str, str]]:
+    ws = Workspace(Store(q.root))
+    try:
+        head = ws.repo.head() or ""
+        applied = ws.stack().names
+        dirty = ws.repo.dirty_paths()
+    finally:
+        ws.close()
+    files = {p.relative_to(q.work).as_posix(): p.read_text() for p in sorted(q.work.rglob("*.py"))}
+    assert dirty == []
+    return head, applied, files
+
+
+def bisect(q: Queue, runner: bisect_op.Runner, **kwargs: str) -> bisect_op.BisectResult:
+    ws = Workspace(Store(q.root))
+    ws.lock()
+    try:
+        return bisect_op.run(ws, ["test"], runner=runner, **kwargs)
+    finally:
+        ws.close()
+
+
+@pytest.mark.parametrize("n,pushed", [(2, 0), (3, 1), (17, 5)])
+def test_planted_culprit_found_at_every_position(tmp_path: Path, n: int, pushed: int) -> None:
+    q = build_queue(tmp_path, n)
+    if pushed:
+        q.run("push", "-n", str(pushed))
+    before = snapshot(q)
+    limit = max(1, (n - 1).bit_length()) + 2  # the search plus the two ends
+    for k in range(1, n + 1):
+        calls: list[int] = []
+        result = bisect(q, culprit_runner(k, calls))
+        assert result.culprit is not None, k
+        assert (result.culprit.position, result.culprit.name, result.culprit.id) == (k, f"B{k}-step-{k}.patch", f"B{k}")
+        assert result.culprit.upstream_pr == 1000 + k and result.culprit.credit == f"dev{k}"
+        assert len(calls) <= limit
+        assert snapshot(q) == before, f"the stack moved after bisecting for B{k}"
+    assert not (q.root / ".gqueue" / "bisect.json").exists()
+
+
+def test_good_and_bad_bounds_by_name_id_and_number(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, 6)
+    calls: list[int] = []
+    result = bisect(q, culprit_runner(4, calls), good="B2", bad="5")
+    assert result.culprit is not None and result.culprit.position == 4
+    assert set(calls) <= {2, 3, 4, 5}
+    result = bisect(q, culprit_runner(4), good="B2-step-2.patch", bad="B4-step-4")
+    assert result.culprit is not None and result.culprit.id == "B4"
+    with pytest.raises(UsageError):
+        bisect(q, culprit_runner(4), good="5", bad="2")
+    with pytest.raises(StateError, match="bad end"):
+        bisect(q, culprit_runner(6), bad="4")  # passes at the bad end
+    with pytest.raises(StateError, match="good end"):
+        bisect(q, culprit_runner(2), good="3")
+
+
+def test_skips_leave_candidates(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, 5)
+
+    def runner(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> int:
+        if env["GQUEUE_BISECT_POSITION"] == "2":
+            return 125
+        return 1 if (cwd / "vllm/mark_4.py").exists() else 0
+
+    result = bisect(q, runner)
+    assert result.culprit is not None and result.culprit.position == 4
+    assert [s.verdict for s in result.steps if s.position == 2] == ["skip"]
+    result = bisect(q, lambda a, c, e: 125 if e["GQUEUE_BISECT_POSITION"] in ("2", "3") else (
+        1 if (c / "vllm/mark_3.py").exists() else 0))
+    assert result.culprit is None and [c.position for c in result.candidates] == [2, 3, 4]
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 4])
+def test_interrupt_puts_the_stack_back(tmp_path: Path, fail_at: int) -> None:
+    q = build_queue(tmp_path, 9)
+    q.run("push", "-n", "3")
+    before = snapshot(q)
+    calls: list[int] = []
+
+    def runner(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> int:
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise KeyboardInterrupt
+        return 1 if (cwd / "vllm/mark_7.py").exists() else 0
+
+    with pytest.raises(KeyboardInterrupt):
+        bisect(q, runner)
+    assert snapshot(q) == before
+    assert not (q.root / ".gqueue" / "bisect.json").exists()
+
+
+def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, 4)
+    check = "import os, sys; sys.exit(1 if os.path.exists('vllm/mark_3.py') else 0)"
+    proc = q.run("bisect", "run", "--json", "--", sys.executable, "-c", check)
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "gqueue.bisect-run/1" and doc["ok"]
+    assert doc["result"]["culprit"]["name"] == "B3-step-3.patch"
+    assert doc["result"]["culprit"]["upstream_pr"] == 1003
+    human = q.run("bisect", "run", "--", sys.executable, "-c", check)
+    assert "first bad patch: B3-step-3.patch (id B3, #3 in the series)" in human.stdout
+    assert q.run("applied").stdout.split() == []
+    aborted = q.run("bisect", "run", "--", sys.executable, "-c", "import sys; sys.exit(200)", check=False)
+    assert aborted.returncode == 1 and "aborted" in aborted.stderr
+    assert q.run("status", "--json").stdout and json.loads(q.run("status", "--json").stdout)["result"]["dirty"] == []
+
+
+@pytest.mark.parametrize("crash_after", [8, 14, 20, 26])
+def test_killed_bisect_is_put_back_by_reset(tmp_path: Path, crash_after: int) -> None:
+    q = build_queue(tmp_path, 8)
+    q.run("push", "-n", "2")
+    before = snapshot(q)
+    check = "import os, sys; sys.exit(1 if os.path.exists('vllm/mark_6.py') else 0)"
+    proc = q.run("bisect", "run", "--", sys.executable, "-c", check, check=False,
+                 env={"GQUEUE_TEST_CRASH_AFTER": str(crash_after)})
+    assert proc.returncode in (-9, 0)
+    q.run("bisect", "reset")
+    assert snapshot(q) == before
+
+
+def test_plain_git_bisect_works_on_the_work_tree(tmp_path: Path) -> None:
+    import subprocess
+
+    q = build_queue(tmp_path, 5)
+    q.run("push", "--all")
+    git = ["git", "-C", str(q.work)]
+    subprocess.run([*git, "bisect", "start", "gqueue", "gqueue/pin/vllm-0.1.0"], check=True, capture_output=True)
+    out = subprocess.run([*git, "bisect", "run", "sh", "-c", "test ! -e vllm/mark_4.py"], check=True,
+                         capture_output=True, text=True).stdout
+    assert "is the first bad commit" in out and "Gqueue-Patch: B4-step-4.patch" in out
+    subprocess.run([*git, "bisect", "reset"], check=True, capture_output=True)
+    assert q.run("applied").stdout.split() == [f"B{i}-step-{i}.patch" for i in range(1, 6)]
+
+
+def test_sigterm_puts_the_stack_back(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    q = build_queue(tmp_path, 6)
+    q.run("push", "-n", "2")
+    before = snapshot(q)
+    started = tmp_path / "started"
+    cmd = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-m", "gqueue", "-C", str(q.root), "bisect", "run", "--",
+                             sys.executable, "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    os.kill(proc.pid, signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "interrupted" in err
+    assert snapshot(q) == before
+    assert not (q.root / ".gqueue" / "bisect.json").exists()

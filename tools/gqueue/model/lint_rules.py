@@ -1,0 +1,460 @@
+"""The lint rules: pure checks over parsed headers, diffs and the series.
+
+Each rule has an id, a severity and a one-line description (``RULES``); a check returns
+``Finding`` values and never raises. ``ops/lint.py`` reads the files and runs them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from ..errors import FormatError
+from .diff import FileDiff, parse_diff
+from .series import Series, SeriesEntry
+from .meta import (
+    ALLOW_FLAGS, APPLIES_TO_KEYS, IMPLEMENTATION_STATUSES, LIFECYCLES, RELATIONSHIPS, REQUIRED, ROLES, SCHEMA,
+    TIERS, UPSTREAM_KEYS, UPSTREAM_STATES,
+)
+from .profile import CANDIDATE_KEYS
+
+ERROR = "error"
+WARNING = "warning"
+
+RULES: dict[str, tuple[str, str]] = {
+    "series-parse": (ERROR, "the series file parses"),
+    "pin-parse": (ERROR, "vendor-pin.txt parses and names the pinned release"),
+    "header-parse": (ERROR, "the patch has a YAML header between '---' and '...' that parses to a mapping"),
+    "header-required": (ERROR, "the header has an id and a title"),
+    "header-type": (ERROR, "every known header key has the type the schema gives it"),
+    "header-value": (ERROR, "lifecycle, tier, role, upstream state/relationship, status and allow use allowed values"),
+    "header-unknown-key": (ERROR, "no unknown key in the header, upstream or applies_to"),
+    "id-duplicate": (ERROR, "every patch id is used once"),
+    "file-name-id": (ERROR, "the file name starts with the patch id and a '-' (or is ID.patch)"),
+    "series-missing-file": (ERROR, "every series entry has its file in queue/"),
+    "queue-unlisted": (ERROR, "every file in queue/ is in the series or parked ('# parked: NAME')"),
+    "parked-listed": (WARNING, "a parked patch is not also in the series, and its file exists"),
+    "requires-unknown": (ERROR, "requires names ids of patches in the queue"),
+    "requires-order": (ERROR, "a required patch comes earlier in the series"),
+    "requires-inactive": (ERROR, "a required patch is active: in the series and not retired/merged/deprecated"),
+    "conflicts-active": (ERROR, "two conflicting patches are not both active"),
+    "applies-to-parse": (ERROR, "applies_to.vllm is a valid version specifier"),
+    "applies-to-pin": (ERROR, "applies_to.vllm admits the pinned release"),
+    "env-flag-spelling": (ERROR, "env_flag is GENESIS_/SNDR_ + ENABLE_ (DISABLE_ when default_on) + the id"),
+    "backport-credit": (ERROR, "a backport credits someone"),
+    "backport-pr": (ERROR, "a backport names its upstream PR"),
+    "candidate-when-key": (WARNING, "candidate_when uses known predicates"),
+    "diff-parse": (ERROR, "the diff body parses"),
+    "diff-empty": (WARNING, "the patch changes at least one file"),
+    "path-outside-tree": (ERROR, "no file outside the tree, absolute, or inside .git"),
+    "file-mode": (ERROR, "only regular files (modes 100644, 100755)"),
+    "binary-file": (ERROR, "no binary file, unless allow: [binary]"),
+    "crlf": (ERROR, "no CRLF line ending added to an LF file, unless allow: [crlf]"),
+    "trailing-whitespace": (ERROR, "no added line ends in spaces or tabs, unless allow: [trailing-whitespace]"),
+    "profile-parse": (ERROR, "every profiles/*.yaml parses and uses known keys and values"),
+    "profile-plan": (ERROR, "every profile resolves under every policy without dropping a required patch"),
+    "profile-reference": (WARNING, "a profile names only patches of the series"),
+}
+
+INACTIVE_LIFECYCLES = ("retired", "merged_upstream", "deprecated")
+BACKPORTS = ("backport", "partial-backport")
+_VALUES: dict[str, tuple[str, ...]] = {
+    "lifecycle": LIFECYCLES, "tier": TIERS, "implementation_status": IMPLEMENTATION_STATUSES, "role": ROLES,
+}
+_REGULAR = ("100644", "100755")
+_HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    line: int
+    rule: str
+    message: str
+    severity: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            object.__setattr__(self, "severity", RULES[self.rule][0])
+
+    def render(self) -> str:
+        return f"{self.path}:{self.line}: {self.severity}[{self.rule}]: {self.message}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "line": self.line, "rule": self.rule, "severity": self.severity, "message": self.message}
+
+
+@dataclass(frozen=True)
+class HeaderView:
+    """What the rules see of one patch file (the header may be empty when it did not parse)."""
+
+    name: str
+    path: str
+    raw: dict[str, Any]
+    key_lines: dict[str, int] = field(default_factory=dict)
+    body: bytes = b""
+    body_line: int = 1
+    parsed: bool = True
+
+    @property
+    def id(self) -> str:
+        value = self.raw.get("id")
+        return str(value) if value not in (None, "") else ""
+
+    def line(self, key: str) -> int:
+        return self.key_lines.get(key, 1)
+
+    def strings(self, key: str) -> list[str]:
+        value = self.raw.get(key)
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    @property
+    def allow(self) -> set[str]:
+        return set(self.strings("allow"))
+
+    @property
+    def lifecycle(self) -> str:
+        return str(self.raw.get("lifecycle") or "experimental")
+
+
+def _f(view: HeaderView, key: str, rule: str, message: str) -> Finding:
+    return Finding(view.path, view.line(key), rule, message)
+
+
+# --- header schema ------------------------------------------------------------------
+
+
+def check_schema(view: HeaderView) -> list[Finding]:
+    out: list[Finding] = []
+    for key in REQUIRED:
+        if view.raw.get(key) in (None, ""):
+            out.append(Finding(view.path, 1, "header-required", f"header lacks required key '{key}'"))
+    for key, value in view.raw.items():
+        expected = SCHEMA.get(key)
+        if expected is None:
+            out.append(_f(view, key, "header-unknown-key", f"unknown header key '{key}'"))
+        elif not isinstance(value, expected) or (bool not in expected and isinstance(value, bool)):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
+            out.append(_f(view, key, "header-type", f"'{key}' must be {names}, not {type(value).__name__}"))
+        elif key in _VALUES and value not in _VALUES[key]:
+            out.append(_f(view, key, "header-value", f"{key} '{value}' is not one of: {', '.join(_VALUES[key])}"))
+    out.extend(_check_lists(view))
+    out.extend(_check_upstream(view))
+    out.extend(_check_applies_keys(view))
+    return out
+
+
+def _check_lists(view: HeaderView) -> list[Finding]:
+    out = []
+    for key in ("requires", "conflicts", "composes_with", "allow"):
+        value = view.raw.get(key)
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            out.append(_f(view, key, "header-type", f"'{key}' must be a list of strings"))
+    for flag in view.strings("allow"):
+        if flag not in ALLOW_FLAGS:
+            out.append(_f(view, "allow", "header-value", f"allow '{flag}' is not one of: {', '.join(ALLOW_FLAGS)}"))
+    return out
+
+
+def _check_upstream(view: HeaderView) -> list[Finding]:
+    up = view.raw.get("upstream")
+    if not isinstance(up, dict):
+        return []
+    out = []
+    for key, value in up.items():
+        if key not in UPSTREAM_KEYS:
+            out.append(_f(view, "upstream", "header-unknown-key", f"unknown key 'upstream.{key}'"))
+    checks = (("state", UPSTREAM_STATES), ("relationship", RELATIONSHIPS))
+    for key, allowed in checks:
+        value = up.get(key)
+        if value is not None and value not in allowed:
+            out.append(_f(view, "upstream", "header-value", f"upstream.{key} '{value}' is not one of: {', '.join(allowed)}"))
+    pr = up.get("pr")
+    if pr is not None and (isinstance(pr, bool) or not isinstance(pr, (int, str))):
+        out.append(_f(view, "upstream", "header-type", f"upstream.pr must be an integer or a string, not {type(pr).__name__}"))
+    return out
+
+
+def _check_applies_keys(view: HeaderView) -> list[Finding]:
+    applies = view.raw.get("applies_to")
+    if not isinstance(applies, dict):
+        return []
+    return [
+        _f(view, "applies_to", "header-unknown-key", f"unknown key 'applies_to.{key}'")
+        for key in applies if key not in APPLIES_TO_KEYS
+    ]
+
+
+# --- per-patch semantics ----------------------------------------------------------------
+
+
+def vllm_spec(raw: dict[str, Any]) -> str | None:
+    applies = raw.get("applies_to")
+    if isinstance(applies, str):
+        return applies
+    if isinstance(applies, dict) and applies.get("vllm") is not None:
+        return str(applies["vllm"])
+    return None
+
+
+def check_applies_to(view: HeaderView, pin_version: str | None) -> list[Finding]:
+    spec = vllm_spec(view.raw)
+    if spec is None:
+        return []
+    try:
+        specifier = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return [_f(view, "applies_to", "applies-to-parse", f"applies_to.vllm '{spec}' is not a version specifier")]
+    if pin_version is None:
+        return []
+    try:
+        version = Version(pin_version)
+    except InvalidVersion:
+        return []
+    if not specifier.contains(version, prereleases=True):
+        return [_f(view, "applies_to", "applies-to-pin", f"applies_to.vllm '{spec}' does not admit the pinned {pin_version}")]
+    return []
+
+
+def expected_flag_prefixes(patch_id: str, default_on: bool) -> tuple[str, ...]:
+    verb = "DISABLE" if default_on else "ENABLE"
+    suffix = re.sub(r"[^A-Z0-9]", "_", patch_id.upper())
+    return tuple(f"{p}_{verb}_{suffix}" for p in ("GENESIS", "SNDR"))
+
+
+def check_env_flag(view: HeaderView) -> list[Finding]:
+    flag = view.raw.get("env_flag")
+    if not isinstance(flag, str) or not flag or not view.id:
+        return []
+    default_on = view.raw.get("default_on") is True
+    prefixes = expected_flag_prefixes(view.id, default_on)
+    if not re.fullmatch(r"[A-Z][A-Z0-9_]*", flag):
+        return [_f(view, "env_flag", "env-flag-spelling", f"env_flag '{flag}' must be upper case letters, digits and '_'")]
+    if any(flag == p or flag.startswith(p + "_") for p in prefixes):
+        return []
+    state = "default-on, so DISABLE" if default_on else "default-off, so ENABLE"
+    return [_f(view, "env_flag", "env-flag-spelling",
+               f"env_flag '{flag}' should start with {prefixes[0]} or {prefixes[1]} ({state})")]
+
+
+def check_backport(view: HeaderView) -> list[Finding]:
+    up = view.raw.get("upstream")
+    if not isinstance(up, dict) or up.get("relationship") not in BACKPORTS:
+        return []
+    out = []
+    credit = view.raw.get("credit")
+    names = credit if isinstance(credit, list) else [credit]
+    if not any(isinstance(n, str) and n.strip() for n in names):
+        out.append(_f(view, "credit" if "credit" in view.raw else "upstream", "backport-credit",
+                      "a backport must credit its upstream author (credit: NAME)"))
+    if up.get("pr") in (None, "", 0):
+        out.append(_f(view, "upstream", "backport-pr", "a backport must name its upstream PR (upstream.pr)"))
+    return out
+
+
+def check_candidate_when(view: HeaderView) -> list[Finding]:
+    when = view.raw.get("candidate_when")
+    if not isinstance(when, dict):
+        return []
+    return [
+        _f(view, "candidate_when", "candidate-when-key", f"unknown candidate_when predicate '{key}'")
+        for key in when if key not in CANDIDATE_KEYS
+    ]
+
+
+# --- the diff -------------------------------------------------------------------------
+
+
+def unsafe_path(path: str) -> str | None:
+    """Why ``path`` may not be written by a patch, or None."""
+    if not path or path.startswith("/") or "\\" in path or re.match(r"^[A-Za-z]:", path):
+        return "an absolute or odd path"
+    parts = path.split("/")
+    if ".." in parts or "." in parts or "" in parts:
+        return "outside the tree"
+    if ".git" in parts:
+        return "inside .git"
+    return None
+
+
+def check_diff(view: HeaderView, strip: int = 1) -> list[Finding]:
+    try:
+        diffs = parse_diff(view.body, path=view.path, first_line=view.body_line, strip=strip)
+    except FormatError as exc:
+        return [Finding(view.path, exc.line or view.body_line, "diff-parse", exc.message)]
+    if not diffs:
+        return [Finding(view.path, view.body_line, "diff-empty", "the patch changes no file")]
+    out: list[Finding] = []
+    allow = view.allow
+    for fd in diffs:
+        out.extend(_check_file(view, fd, allow))
+    if not {"crlf", "trailing-whitespace"} <= allow:
+        out.extend(_check_added_lines(view, allow))
+    return out
+
+
+def _check_file(view: HeaderView, fd: FileDiff, allow: set[str]) -> list[Finding]:
+    out = []
+    for p in {p for p in (fd.old_path, fd.new_path) if p is not None}:
+        reason = unsafe_path(p)
+        if reason:
+            out.append(Finding(view.path, fd.line, "path-outside-tree", f"the patch touches '{p}', {reason}"))
+    for mode in (fd.old_mode, fd.new_mode):
+        if mode is not None and mode not in _REGULAR:
+            out.append(Finding(view.path, fd.line, "file-mode", f"'{fd.path}' gets mode {mode}; only regular files"))
+            break
+    if fd.binary and "binary" not in allow:
+        out.append(Finding(view.path, fd.line, "binary-file", f"binary change to '{fd.path}'"))
+    return out
+
+
+def hunk_lines(body: bytes, first_line: int) -> Iterator[tuple[str, int, bytes, bytes]]:
+    """(file, patch-file line, tag, text) for every line inside a hunk; tolerant of junk."""
+    path = ""
+    old = new = 0
+    for number, raw in enumerate(body.splitlines(keepends=True), start=first_line):
+        if old > 0 or new > 0:
+            tag = raw[:1]
+            if raw.startswith(b"\\"):
+                continue
+            if raw in (b"\n", b"\r\n"):
+                tag, raw = b" ", b" " + raw
+            if tag in (b" ", b"-"):
+                old -= 1
+            if tag in (b" ", b"+"):
+                new -= 1
+            if tag in (b" ", b"-", b"+"):
+                yield path, number, tag, raw[1:]
+                continue
+            old = new = 0
+        if raw.startswith(b"+++ "):
+            name = raw[4:].split(b"\t", 1)[0].rstrip(b"\r\n").decode("utf-8", "replace")
+            path = name.split("/", 1)[1] if "/" in name else name
+        match = _HUNK.match(raw)
+        if match:
+            old = int(match.group(1)) if match.group(1) is not None else 1
+            new = int(match.group(2)) if match.group(2) is not None else 1
+
+
+def _check_added_lines(view: HeaderView, allow: set[str]) -> list[Finding]:
+    out = []
+    lines = list(hunk_lines(view.body, view.body_line))
+    crlf_files = {p for p, _n, tag, text in lines if tag != b"+" and text.endswith(b"\r\n")}
+    for path, number, tag, text in lines:
+        if tag != b"+":
+            continue
+        if "crlf" not in allow and text.endswith(b"\r\n") and path not in crlf_files:
+            out.append(Finding(view.path, number, "crlf", f"added line in '{path}' ends in CRLF"))
+        content = text.rstrip(b"\r\n")
+        if "trailing-whitespace" not in allow and content != content.rstrip(b" \t"):
+            out.append(Finding(view.path, number, "trailing-whitespace", f"added line in '{path}' ends in whitespace"))
+    return out
+
+
+def check_patch(view: HeaderView, *, pin_version: str | None, strip: int = 1) -> list[Finding]:
+    """Every single-file rule for one patch."""
+    if not view.parsed:
+        return []
+    out = check_schema(view)
+    out += check_applies_to(view, pin_version)
+    out += check_env_flag(view)
+    out += check_backport(view)
+    out += check_candidate_when(view)
+    out += check_diff(view, strip)
+    return out
+
+
+# --- the queue as a whole ------------------------------------------------------------------
+
+
+def file_name_id(name: str) -> str:
+    base = name.rsplit("/", 1)[-1]
+    stem = base[: -len(".patch")] if base.endswith(".patch") else base
+    return stem.split("-", 1)[0]
+
+
+def _exclusive(a: SeriesEntry, b: SeriesEntry) -> bool:
+    """True when no guard selection can select both entries."""
+    return any(g[0] == "+" and ("-" + g[1:]) in b.guards for g in a.guards) or any(
+        g[0] == "+" and ("-" + g[1:]) in a.guards for g in b.guards
+    )
+
+
+def check_queue(series: Series, views: dict[str, HeaderView], files: list[str]) -> list[Finding]:
+    """Rules that look at several patches: ids, names, series membership, requires, conflicts."""
+    out: list[Finding] = []
+    out += _check_ids(views)
+    out += _check_membership(series, views, files)
+    out += _check_relations(series, views)
+    return out
+
+
+def _check_ids(views: dict[str, HeaderView]) -> list[Finding]:
+    out = []
+    first: dict[str, str] = {}
+    for name, view in views.items():
+        if not view.parsed or not view.id:
+            continue
+        if view.id in first:
+            out.append(_f(view, "id", "id-duplicate", f"id '{view.id}' is also used by queue/{first[view.id]}"))
+        else:
+            first[view.id] = name
+        if file_name_id(name) != view.id:
+            out.append(_f(view, "id", "file-name-id", f"file name '{name}' does not start with the id '{view.id}-'"))
+    return out
+
+
+def _check_membership(series: Series, views: dict[str, HeaderView], files: list[str]) -> list[Finding]:
+    out = []
+    present = set(files)
+    for entry in series.entries:
+        if entry.name not in present:
+            out.append(Finding(series.path, entry.line, "series-missing-file", f"'{entry.name}' has no file in queue/"))
+    parked = set(series.parked)
+    for name in files:
+        if name not in series and name not in parked:
+            out.append(Finding(f"queue/{name}", 1, "queue-unlisted",
+                               f"'{name}' is neither in the series nor parked ('# parked: {name}')"))
+    for number, raw in enumerate(series.lines, start=1):
+        match = re.match(r"^#\s*parked:\s*(\S+)\s*$", raw.strip())
+        if not match:
+            continue
+        name = match.group(1)
+        if name in series:
+            out.append(Finding(series.path, number, "parked-listed", f"'{name}' is parked and also in the series"))
+        elif name not in present:
+            out.append(Finding(series.path, number, "parked-listed", f"parked '{name}' has no file in queue/"))
+    return out
+
+
+def _check_relations(series: Series, views: dict[str, HeaderView]) -> list[Finding]:
+    by_id = {v.id: v for v in views.values() if v.parsed and v.id}
+    position = {views[e.name].id: i for i, e in enumerate(series.entries) if e.name in views and views[e.name].parsed}
+    entries = {views[e.name].id: e for e in series.entries if e.name in views and views[e.name].parsed}
+    active = {pid for pid in position if by_id[pid].lifecycle not in INACTIVE_LIFECYCLES}
+    out: list[Finding] = []
+    for pid, index in position.items():
+        view = by_id[pid]
+        if pid not in active:
+            continue
+        for need in view.strings("requires"):
+            if need not in by_id:
+                out.append(_f(view, "requires", "requires-unknown", f"requires '{need}', which no patch in queue/ has as id"))
+            elif need not in position:
+                out.append(_f(view, "requires", "requires-inactive", f"requires '{need}', which is not in the series"))
+            elif need not in active:
+                out.append(_f(view, "requires", "requires-inactive",
+                              f"requires '{need}', whose lifecycle is {by_id[need].lifecycle}"))
+            elif position[need] > index:
+                out.append(_f(view, "requires", "requires-order",
+                              f"requires '{need}', which comes later in the series (entry {position[need] + 1})"))
+        for other in view.strings("conflicts"):
+            if other in active and other != pid and not _exclusive(entries[pid], entries[other]):
+                if other in by_id and pid in by_id[other].strings("conflicts") and other < pid:
+                    continue  # reported once, on the first of the pair
+                out.append(_f(view, "conflicts", "conflicts-active", f"conflicts with '{other}', and both are active"))
+    return out

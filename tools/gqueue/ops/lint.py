@@ -1,0 +1,148 @@
+"""gqueue lint: read the series, queue/ and vendor-pin.txt and run every rule on them.
+
+Reading is lenient (a broken header is a finding, not an exception) so that one run
+reports every problem. Needs no work tree and no lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import FormatError, GqueueError
+from ..model.lint_rules import ERROR, RULES, WARNING, Finding, HeaderView, check_patch, check_queue
+from ..model.patch import HEADER_END, HEADER_START, split_header
+from ..model.safeyaml import load_mapping
+from ..model.series import Series
+from ..store import PIN, QUEUE, SERIES, Store
+
+
+@dataclass(frozen=True)
+class LintReport:
+    findings: tuple[Finding, ...]
+    patches: int
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for f in self.findings if f.severity == WARNING)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "patches": self.patches, "errors": self.errors, "warnings": self.warnings,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+    def render(self) -> str:
+        lines = [f.render() for f in self.findings]
+        lines.append(f"{self.patches} patch(es): {self.errors} error(s), {self.warnings} warning(s)")
+        return "\n".join(lines)
+
+
+def queue_files(store: Store) -> list[str]:
+    """Every patch file under queue/ (relative names; hidden files and editor leftovers skipped)."""
+    root = store.queue_dir
+    if not root.is_dir():
+        return []
+    names = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if not path.is_file() or any(part.startswith(".") for part in rel.split("/")):
+            continue
+        if rel.endswith(("~", ".orig", ".rej", ".swp")):
+            continue
+        names.append(rel)
+    return names
+
+
+def read_view(name: str, data: bytes) -> tuple[HeaderView, list[Finding]]:
+    """The header view of one patch file, and a finding if its header does not parse."""
+    path = f"{QUEUE}/{name}"
+    header, body = split_header(data)
+
+    def broken(message: str, line: int) -> tuple[HeaderView, list[Finding]]:
+        return HeaderView(name, path, {}, {}, data, 1, parsed=False), [Finding(path, line, "header-parse", message)]
+
+    if not header:
+        if data.startswith(HEADER_START):
+            return broken("the header opened with '---' is never closed with '...'", 1)
+        return broken("no gqueue header (a YAML block between '---' and '...')", 1)
+    try:
+        text = header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return broken("the header is not valid UTF-8", header[: exc.start].count(b"\n") + 1)
+    if "\r" in text:
+        return broken("the header contains a carriage return", text[: text.index("\r")].count("\n") + 2)
+    try:
+        raw, lines = load_mapping(text, path=path, first_line=2)
+    except FormatError as exc:
+        return broken(exc.message, exc.line or 1)
+    body_line = header.count(b"\n") + 1
+    return HeaderView(name, path, raw, lines, body, body_line), []
+
+
+def _read_series(store: Store, findings: list[Finding]) -> Series | None:
+    try:
+        return store.read_series()
+    except GqueueError as exc:
+        findings.append(Finding(exc.path or SERIES, exc.line or 1, "series-parse", exc.message))
+        return None
+
+
+def _pin_version(store: Store, findings: list[Finding]) -> str | None:
+    try:
+        return store.read_pins().main.version
+    except GqueueError as exc:
+        findings.append(Finding(exc.path or PIN, exc.line or 1, "pin-parse", exc.message))
+        return None
+
+
+def lint(store: Store) -> LintReport:
+    findings: list[Finding] = []
+    series = _read_series(store, findings)
+    pin_version = _pin_version(store, findings)
+    files = queue_files(store)
+    strips = {e.name: e.strip for e in series.entries} if series else {}
+    views: dict[str, HeaderView] = {}
+    for name in files:
+        view, problems = read_view(name, (store.queue_dir / name).read_bytes())
+        views[name] = view
+        findings.extend(problems)
+        findings.extend(check_patch(view, pin_version=pin_version, strip=strips.get(name, 1)))
+    if series is not None:
+        findings.extend(check_queue(series, views, files))
+        findings.extend(check_profiles(store))
+    ordered = sorted(findings, key=lambda f: (f.path, f.line, f.rule, f.message))
+    return LintReport(tuple(ordered), len(files))
+
+
+def check_profiles(store: Store) -> list[Finding]:
+    """Each profile parses, and resolves under every policy without a dropped dependency."""
+    from ..model.profile import POLICIES
+    from .plan import PROFILES, load_profile, plan, profile_names
+
+    out: list[Finding] = []
+    for name in profile_names(store):
+        try:
+            profile = load_profile(store, name)
+        except GqueueError as exc:
+            out.append(Finding(exc.path or f"{PROFILES}/{name}.yaml", exc.line or 1, "profile-parse", exc.message))
+            continue
+        where = profile.path or f"{PROFILES}/{name}.yaml"
+        try:
+            plans = {policy: plan(store, name, policy) for policy in POLICIES}
+        except GqueueError:
+            continue  # a patch of the series does not parse: reported by the header rules
+        for policy, result in plans.items():
+            out.extend(Finding(where, 1, "profile-plan", f"policy {policy}: {e}") for e in result.errors)
+        first = plans["compat"]
+        out.extend(Finding(where, 1, "profile-reference", w[len("profile "):]) for w in first.warnings
+                   if w.startswith("profile ") and "not in the series" in w)
+    return out
+
+
+def describe_rules() -> list[tuple[str, str, str]]:
+    """(rule, severity, description) for --list-rules and the documentation."""
+    return [(rule, severity, text) for rule, (severity, text) in RULES.items()]
