@@ -24,6 +24,7 @@ CONFIG = (
     "-c", "core.quotepath=off", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
     "-c", "core.filemode=true", "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false",
     "-c", "advice.detachedHead=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+    "-c", "checkout.workers=4",  # parallel checkout: work-tree switches of big trees (rebase) are I/O bound
 )
 DIFF_OPTIONS = (
     "--no-color", "--no-ext-diff", "--no-renames", "--no-textconv", "--full-index",
@@ -141,6 +142,11 @@ class WorkRepo:
             mode, _kind, sha = info.decode().split()
             entries[path.decode("utf-8", "surrogateescape")] = Entry(mode, sha)
         return entries
+
+    def changed_paths(self, old: str, new: str) -> list[str]:
+        """Paths whose blob or mode differ between two commits (no rename detection)."""
+        out = self.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", old, new)
+        return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
 
     def tree_of(self, commit: str) -> str:
         return self.run("rev-parse", commit + "^{tree}").decode().strip()
@@ -267,6 +273,9 @@ class WorkRepo:
 
     def switch_tree(self, old: str, new: str) -> None:
         """Move index and files from commit ``old`` to ``new``; refuses to overwrite local edits."""
+        # read-tree -m trusts the index's stat data: after a touch, a copy or a restore it would
+        # call unchanged files "not uptodate", so refresh it first (changed files stay changed).
+        self.run("update-index", "-q", "--refresh", check=False)
         self.run("read-tree", "-m", "-u", old, new)
 
     def checkout_fresh(self, commit: str) -> None:
@@ -302,6 +311,64 @@ class WorkRepo:
 
     def diff_tree_to_tree(self, old: str, new_tree: str) -> bytes:
         return self.run("diff", *DIFF_OPTIONS, old, new_tree)
+
+    # three-way merges and batched diffs (check / rebase) ---------------------------
+    def merge_file(self, ours: bytes, base: bytes, theirs: bytes,
+                   labels: tuple[str, str, str] = ("ours", "base", "theirs")) -> tuple[bytes, int]:
+        """``git merge-file``: the merged text (with conflict markers) and the number of conflicts."""
+        with tempfile.TemporaryDirectory(prefix="gqueue-merge-") as tmp:
+            paths = []
+            for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+                path = Path(tmp) / name
+                path.write_bytes(data)
+                paths.append(str(path))
+            proc = subprocess.run(
+                ["git", *CONFIG, "merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2], *paths],
+                cwd=tmp, capture_output=True, env=_env(),
+            )
+        if proc.returncode < 0 or proc.returncode > 127:
+            raise GitError(f"git merge-file failed: {proc.stderr.decode('utf-8', 'replace').strip()}")
+        return proc.stdout, proc.returncode
+
+    def blobs(self, shas: Iterable[str]) -> dict[str, bytes]:
+        """Many blobs at once: one ``git cat-file --batch`` fed every name up front."""
+        wanted = sorted(set(shas))
+        if not wanted:
+            return {}
+        out = self.run("cat-file", "--batch", input="".join(s + "\n" for s in wanted).encode())
+        found: dict[str, bytes] = {}
+        pos = 0
+        for sha in wanted:
+            end = out.index(b"\n", pos)
+            header = out[pos:end].split()
+            if len(header) != 3:
+                raise GitError(f"git cat-file: no blob {sha}")
+            size = int(header[2])
+            found[sha] = out[end + 1 : end + 1 + size]
+            pos = end + 1 + size + 1
+        return found
+
+    def diff_pairs(self, pairs: list[tuple[str, str]]) -> list[bytes]:
+        """The diff of each (old, new) commit pair, all from one ``git diff-tree --stdin``.
+
+        Each input line is ``NEW OLD`` (a commit and the parent to diff against); git echoes
+        ``NEW`` before each diff. Every NEW must be distinct.
+        """
+        if not pairs:
+            return []
+        stdin = "".join(f"{b} {a}\n" for a, b in pairs).encode()
+        out = self.run("diff-tree", "--stdin", "-r", "-p", *DIFF_OPTIONS, input=stdin)
+        marks = {f"{b}\n".encode(): i for i, (_a, b) in enumerate(pairs)}
+        chunks: list[list[bytes]] = [[] for _ in pairs]
+        current: list[bytes] | None = None
+        for line in out.splitlines(keepends=True):
+            index = marks.get(line)
+            if index is not None and line[:1] not in (b" ", b"+", b"-"):
+                current = chunks[index]
+                continue
+            if current is not None:
+                current.append(line)
+        return [b"".join(c) for c in chunks]
 
 
 def _fi_path(path: str) -> bytes:
