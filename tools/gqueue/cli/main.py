@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import traceback
 from pathlib import Path
@@ -94,9 +95,25 @@ def _fail(ctx: Context, name: str, error: dict[str, Any], line: str, code: int, 
     sys.exit(int(code))
 
 
+# Commands live in modules imported only when one of theirs runs (start-up stays short).
+LAZY_COMMANDS = {
+    "build": "cmd_build", "develop": "cmd_build",
+    "check": "cmd_drift", "rebase": "cmd_drift",
+    "import": "cmd_interop", "export": "cmd_interop",
+    "lint": "cmd_tools", "docs": "cmd_tools", "bisect": "cmd_tools", "plan": "cmd_tools",
+}
+
+
 class Group(click.Group):
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # usage errors exit 2 (click's default)
-        return super().main(*args, **kwargs)
+    """Usage errors exit 2 (click's default); area modules are imported on demand."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in LAZY_COMMANDS:
+            importlib.import_module(f"{__package__}.{LAZY_COMMANDS[name]}")
+        return super().get_command(ctx, name)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,6 +128,6 @@ def cli(click_ctx: click.Context, directory: Path, quiet: bool) -> None:
 
 
 def main() -> None:
-    from . import cmd_build, cmd_drift, cmd_interop, cmd_tools, commands  # noqa: F401 - register commands
+    from . import commands  # noqa: F401 - registers the stack commands
 
     cli(prog_name="gqueue")

@@ -11,9 +11,10 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-import git as gitpython
+if TYPE_CHECKING:
+    import git as gitpython
 
 from ..errors import GqueueError, StateError
 from ..fsutil import fault_point
@@ -67,7 +68,7 @@ class WorkRepo:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._repo: gitpython.Repo | None = None
+        self._repo: "gitpython.Repo | None" = None
 
     # plumbing ---------------------------------------------------------------
     def run(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, check: bool = True) -> bytes:
@@ -86,8 +87,10 @@ class WorkRepo:
         ).returncode == 0
 
     @property
-    def repo(self) -> gitpython.Repo:
+    def repo(self) -> "gitpython.Repo":
         if self._repo is None:
+            import git as gitpython  # imported on first use: it costs start-up time
+
             self._repo = gitpython.Repo(self.path)
         return self._repo
 
