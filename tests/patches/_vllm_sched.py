@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 EOS_TOKEN_ID = 2
@@ -37,42 +38,64 @@ def tiny_model_dir(root: Path) -> Path:
     return path
 
 
-def create_scheduler(
-    model_dir: Path,
-    *,
-    max_num_seqs: int = 16,
-    max_num_batched_tokens: int = 256,
-    max_model_len: int = 256,
-    num_blocks: int = 1000,
-    block_size: int = 16,
-    num_speculative_tokens: int | None = None,
-    async_scheduling: bool = False,
-    enable_prefix_caching: bool = False,
-):
-    import torch
+_MODEL_CONFIGS: dict = {}
 
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
-    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
 
-    # vLLM inspects the model class in a subprocess, which must import the same tree.
+@contextmanager
+def _tree_on_pythonpath():
+    """vLLM inspects model classes in a subprocess, which must import the same tree."""
     import vllm
 
     tree = str(Path(vllm.__file__).resolve().parents[1])
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([tree] + ([saved] if saved else []))
     try:
-        model_config = ModelConfig(
-            model=str(model_dir), dtype="float16", seed=42, skip_tokenizer_init=True, max_model_len=max_model_len
-        )
+        yield
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def _model_config(model_dir: Path, max_model_len: int, **extra):
+    """One ModelConfig per model directory and length: building it inspects the model
+    class in a subprocess, which is the slow part of making a scheduler."""
+    from vllm.config import ModelConfig
+
+    key = (str(model_dir), max_model_len, tuple(sorted(extra.items())))
+    if key in _MODEL_CONFIGS:
+        return _MODEL_CONFIGS[key]
+    with _tree_on_pythonpath():
+        model_config = ModelConfig(
+            model=str(model_dir),
+            dtype="float16",
+            seed=42,
+            skip_tokenizer_init=True,
+            max_model_len=max_model_len,
+            **extra,
+        )
+    _MODEL_CONFIGS[key] = model_config
+    return model_config
+
+
+def create_vllm_config(
+    model_dir: Path,
+    *,
+    max_num_seqs: int = 16,
+    max_num_batched_tokens: int = 256,
+    max_model_len: int = 256,
+    block_size: int = 16,
+    num_speculative_tokens: int | None = None,
+    async_scheduling: bool = False,
+    enable_prefix_caching: bool = False,
+    draft_model_dir: Path | None = None,
+    enable_prompt_embeds: bool = False,
+):
+    from vllm.config import CacheConfig, DeviceConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+
+    extra = {"enable_prompt_embeds": True} if enable_prompt_embeds else {}
+    model_config = _model_config(model_dir, max_model_len, **extra)
     scheduler_config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -89,7 +112,16 @@ def create_scheduler(
         enable_prefix_caching=enable_prefix_caching,
     )
     speculative_config = None
-    if num_speculative_tokens is not None:
+    if num_speculative_tokens is not None and draft_model_dir is not None:
+        with _tree_on_pythonpath():
+            speculative_config = SpeculativeConfig(
+                model=str(draft_model_dir),
+                method="draft_model",
+                num_speculative_tokens=num_speculative_tokens,
+                target_model_config=model_config,
+                target_parallel_config=ParallelConfig(),
+            )
+    elif num_speculative_tokens is not None:
         # Async scheduling takes the GPU n-gram drafter; both need no draft model.
         method = "ngram_gpu" if async_scheduling else "ngram"
         speculative_config = SpeculativeConfig(
@@ -103,6 +135,27 @@ def create_scheduler(
         device_config=DeviceConfig(device="cpu"),
         speculative_config=speculative_config,
     )
+    return vllm_config
+
+
+def create_scheduler(
+    model_dir: Path,
+    *,
+    num_blocks: int = 1000,
+    block_size: int = 16,
+    async_scheduling: bool = False,
+    **kwargs,
+):
+    import torch
+
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    vllm_config = create_vllm_config(model_dir, block_size=block_size, async_scheduling=async_scheduling, **kwargs)
+    cache_config = vllm_config.cache_config
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
@@ -194,3 +247,20 @@ def placeholder_leaks(steps_out):
         for rid, toks in out.scheduled_spec_decode_tokens.items()
         if any(t < 0 for t in toks) and rid not in prev_ids
     ]
+
+
+def allow_cpu_runner(monkeypatch) -> None:
+    """Let GPUModelRunner.__init__ run on this CPU-only machine: no pinned memory and a
+    compute-unit count, the two things the unspecified platform cannot answer."""
+    import sys
+
+    from vllm.platforms import current_platform
+    from vllm.v1.utils import CpuGpuBuffer
+
+    monkeypatch.setattr(current_platform, "is_pin_memory_available", lambda: False, raising=False)
+    monkeypatch.setattr(current_platform, "num_compute_units", lambda *args: 1, raising=False)
+    monkeypatch.setitem(CpuGpuBuffer.__init__.__kwdefaults__, "pin_memory", False)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and getattr(module, "PIN_MEMORY", None) is True:
+            monkeypatch.setattr(module, "PIN_MEMORY", False)
+

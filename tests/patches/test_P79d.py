@@ -1,0 +1,129 @@
+"""P79d: preemption under async scheduling drops the in-flight output and placeholders."""
+
+from __future__ import annotations
+
+import pytest
+
+from _vllm_sched import create_requests, create_scheduler, model_output, tiny_model_dir
+
+K = 2
+MAX_TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("p79d"))
+
+
+def _setup(model_dir):
+    """Two requests sharing 7 KV blocks of 4 tokens: the second is preempted while the
+    output of its previous step is still in flight."""
+    sched = create_scheduler(
+        model_dir,
+        num_speculative_tokens=K,
+        async_scheduling=True,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        num_blocks=7,
+        block_size=4,
+    )
+    reqs = create_requests(2, num_tokens=5, max_tokens=MAX_TOKENS, block_size=4)
+    for r in reqs:
+        sched.add_request(r)
+    return sched, reqs
+
+
+def _drive(sched, reqs, max_steps=60):
+    """Schedule step N+1 before processing step N; return per-step snapshots taken right
+    after each schedule() and right after each update_from_output()."""
+    after_schedule, after_update = [], []
+    prev = None
+    for _ in range(max_steps):
+        out = sched.schedule()
+        after_schedule.append((out, {r.request_id: _state(r) for r in reqs}))
+        if prev is not None:
+            sched.update_from_output(prev, model_output(prev, {r: [7] for r in prev.num_scheduled_tokens}))
+        after_update.append({r.request_id: _state(r) for r in reqs})
+        prev = out
+        if all(r.is_finished() for r in reqs):
+            break
+    return after_schedule, after_update
+
+
+def _state(r):
+    return dict(
+        status=r.status.name,
+        placeholders=r.num_output_placeholders,
+        discard=r.async_tokens_to_discard,
+        outputs=r.num_output_tokens,
+    )
+
+
+def _first_preemption(after_schedule):
+    for i, (out, states) in enumerate(after_schedule):
+        if out.preempted_req_ids:
+            return i, next(iter(out.preempted_req_ids))
+    raise AssertionError("the scenario must preempt a request")
+
+
+def test_fixed_preemption_zeroes_placeholders_and_drops_stale_output(switch, model_dir):
+    switch("P79d", True)
+    sched, reqs = _setup(model_dir)
+    after_schedule, after_update = _drive(sched, reqs)
+    step, rid = _first_preemption(after_schedule)
+    state = after_schedule[step][1][rid]
+    assert state["status"] == "PREEMPTED"
+    assert state["placeholders"] == 0
+    assert state["discard"] == 1
+    # The stale frame comes back in the same step: it is dropped, not appended.
+    assert after_update[step][rid]["outputs"] == state["outputs"]
+    assert after_update[step][rid]["discard"] == 0
+    assert after_update[step][rid]["placeholders"] == 0
+
+
+def test_on_requests_still_finish_with_all_tokens(switch, model_dir):
+    switch("P79d", True)
+    sched, reqs = _setup(model_dir)
+    after_schedule, _ = _drive(sched, reqs)
+    assert sum(len(out.preempted_req_ids) for out, _ in after_schedule) >= 1
+    assert all(r.is_finished() for r in reqs)
+    assert [r.num_output_tokens for r in reqs] == [MAX_TOKENS, MAX_TOKENS]
+    assert all(r.num_output_placeholders == 0 and r.async_tokens_to_discard == 0 for r in reqs)
+
+
+def test_fixed_reset_prefix_cache_discards_one_frame(switch, model_dir):
+    switch("P79d", True)
+    sched, reqs = _setup(model_dir)
+    out0 = sched.schedule()  # prefill, samples one token
+    out1 = sched.schedule()  # decode with K drafts, frame in flight
+    sched.update_from_output(out0, model_output(out0, {r.request_id: [7] for r in reqs}))
+    assert all(r.num_output_placeholders == 1 + K for r in reqs)
+    assert sched.reset_prefix_cache(reset_running_requests=True)
+    assert all(r.async_tokens_to_discard == 1 and r.num_output_placeholders == 0 for r in reqs)
+    sched.update_from_output(out1, model_output(out1, {r.request_id: [8] for r in reqs}))
+    assert all(r.async_tokens_to_discard == 0 for r in reqs)
+    assert all(list(r.output_token_ids) == [7] for r in reqs)
+
+
+def test_off_preemption_keeps_placeholders_like_upstream(switch, model_dir):
+    switch("P79d", False)
+    sched, reqs = _setup(model_dir)
+    after_schedule, after_update = _drive(sched, reqs)
+    step, rid = _first_preemption(after_schedule)
+    state = after_schedule[step][1][rid]
+    assert state["status"] == "PREEMPTED"
+    assert state["placeholders"] == 1 + K
+    assert state["discard"] == 0
+    # Upstream appends the stale frame's token to the preempted request.
+    assert after_update[step][rid]["outputs"] == state["outputs"] + 1
+    assert [r.num_output_tokens for r in reqs] == [MAX_TOKENS, MAX_TOKENS]
+
+
+def test_off_reset_prefix_cache_counts_placeholder_tokens(switch, model_dir):
+    switch("P79d", False)
+    sched, reqs = _setup(model_dir)
+    out0 = sched.schedule()
+    sched.schedule()
+    sched.update_from_output(out0, model_output(out0, {r.request_id: [7] for r in reqs}))
+    assert sched.reset_prefix_cache(reset_running_requests=True)
+    assert all(r.async_tokens_to_discard == 1 + K and r.num_output_placeholders == 0 for r in reqs)
