@@ -28,6 +28,10 @@ from vllm.v1.attention.backends.turboquant_attn import (
     TurboQuantAttentionBackend, TurboQuantAttentionImpl, TurboQuantMetadata)
 from vllm.v1.worker import workspace
 
+# There is no accelerator on this host: the workspace growth path calls
+# torch.accelerator.empty_cache(), which has nothing to release here.
+torch.accelerator.empty_cache = lambda: None
+
 Hq, Hk, D, bs = 2, 1, 16, 16
 with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
     impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
@@ -46,7 +50,8 @@ def run(lock):
     q = torch.randn(new, Hq, D, dtype=torch.float16)
     k = torch.randn(seq, Hk, D, dtype=torch.float16)
     v = torch.randn(seq, Hk, D, dtype=torch.float16)
-    impl.do_kv_cache_update(layer, k, v, kv, torch.arange(seq))
+    # Only the cached prefix is read back from the cache on this path.
+    impl.do_kv_cache_update(layer, k[:cached], v[:cached], kv, torch.arange(cached))
     qsl = torch.tensor([0, new], dtype=torch.int32)
     seq_lens = torch.tensor([seq], dtype=torch.int32)
     meta = TurboQuantMetadata(
