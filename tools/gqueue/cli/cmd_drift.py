@@ -1,1 +1,217 @@
-"""Commands of this area register themselves on the gqueue group when imported."""
+"""Commands of this area register themselves on the gqueue group when imported.
+
+Drift: ``gqueue check`` (the series against pins, per hunk) and ``gqueue rebase`` (move the
+stack to a new pin). Renderers for the human table, JUnit XML and GitHub annotations live here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ExitCode, UsageError
+from ..fsutil import atomic_write
+from ..model import drift as d
+from ..ops import drift as drift_op
+from ..ops import rebase as rebase_op
+from ..ops.workspace import Workspace
+from .main import Context, boundary, cli
+
+Result = tuple[Any, str, int]
+
+
+# --- check ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--pin", "pins", multiple=True, metavar="SPEC",
+              help="A pin to check: a label, version or source in vendor-pin.txt, or vllm==X.Y.Z / an archive "
+                   "URL#sha256=... (repeatable; default: every pin in vendor-pin.txt).")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a JUnit XML report (a test case per patch and pin).")
+@click.option("--github", is_flag=True, help="Also print GitHub Actions annotations (on stderr with --json).")
+@click.option("--accept", default=None, metavar="LIST",
+              help="Statuses that pass: a list ('clean,offset') or edits of the default ('+fuzz,-merged3'). "
+                   "Default: clean,offset,merged3,upstream.")
+@click.option("--fuzz", "max_fuzz", type=click.IntRange(0, 3), default=2, show_default=True,
+              help="How much fuzz to try when reporting what patch would do.")
+@boundary("check")
+def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool, accept: str | None,
+          max_fuzz: int) -> Result:
+    """Apply the whole series to each pin in memory and classify every hunk."""
+    try:
+        accepted = d.parse_accept(accept) if accept is not None else d.DEFAULT_ACCEPT
+    except ValueError as exc:
+        raise UsageError(f"--accept: {exc}") from None
+    report = drift_op.check(ws, pins, accept=accepted, max_fuzz=max_fuzz)
+    code = ExitCode.OK if report.ok else ExitCode.CONFLICT
+    if junit is not None:
+        atomic_write(junit, render_junit(report))
+    ctx: Context = click.get_current_context().obj
+    if github:
+        click.echo("\n".join(render_github(report, ws.store.queue_dir)), err=ctx.json)
+    if ctx.json:
+        doc = report.to_json()
+        doc.update({"error": None, "notes": ctx.reporter.notes})
+        click.echo(json.dumps(doc, indent=2))
+        ctx.reporter.done()
+        ws.close()
+        sys.exit(int(code))
+    return report.to_json(), render_table(report), code
+
+
+def _hunk_note(h: d.HunkReport) -> str:
+    if h.status == d.OFFSET:
+        return f"at line {h.line} ({h.offset:+d})"
+    if h.status == d.FUZZ:
+        return h.detail
+    if h.status == d.MERGED3:
+        return f"three-way merge lands it at line {h.line}"
+    if h.status == d.UPSTREAM:
+        return "already on the new pin"
+    if h.status == d.RENAMED:
+        return f"file moved to {h.renamed_to}; there it is {h.applies_there}"
+    if h.status == d.BLOCKED:
+        return f"blocked by {h.blocked_by}"
+    parts = [h.detail] if h.detail else []
+    if h.status == d.CONFLICT:
+        parts.append(f"expected near line {h.line}")
+    if h.closest is not None:
+        parts.append(f"closest match line {h.closest.line} ({h.closest.similarity:.0%})")
+    if h.relocation is not None:
+        parts.append(f"now in {h.relocation.file}:{h.relocation.line}? ({h.relocation.similarity:.0%})")
+    return "; ".join(parts)
+
+
+def _patch_note(p: d.PatchReport) -> str:
+    if p.status == d.PARTIAL_UPSTREAM:
+        return "upstream: " + ", ".join(p.upstream_hunks)
+    if p.blocked_by and p.status == d.BLOCKED:
+        return f"blocked by {p.blocked_by}"
+    bad = [h for h in p.hunks if h.status not in (d.CLEAN, d.OFFSET)]
+    if bad:
+        return ", ".join(f"{h.file}#{h.hunk} {h.status}" for h in bad[:3]) + (" ..." if len(bad) > 3 else "")
+    if p.drift:
+        return "semantic drift"
+    return ""
+
+
+def render_table(report: d.CheckReport) -> str:
+    lines: list[str] = []
+    for pin in report.pins:
+        counts = ", ".join(f"{n} {s}" for s, n in pin.counts().items())
+        verdict = "ok" if pin.ok else "FAILING"
+        label = f" ({pin.label})" if pin.label else ""
+        lines.append(f"{pin.short}{label}: {len(pin.patches)} patch(es): {counts or 'none'} -- {verdict}")
+        width = max([len(p.name) for p in pin.patches] + [10])
+        for p in pin.patches:
+            mark = " " if p.acceptable else "!"
+            drift = " ~" if p.drift else "  "
+            lines.append(f" {mark}{p.status:<17}{drift} {p.name:<{width}}  {_patch_note(p)}".rstrip())
+        detail = [p for p in pin.patches if not p.acceptable or p.drift or p.status not in (d.CLEAN,)]
+        shown = False
+        for p in detail:
+            notes = [(h, _hunk_note(h)) for h in p.hunks if h.status != d.CLEAN or h.drift]
+            if not notes and not (p.blocked_by and p.status == d.BLOCKED):
+                continue
+            if not shown:
+                lines.append("")
+                shown = True
+            lines.append(f"  {p.name}: {p.status}" + (f" (blocked by {p.blocked_by})" if p.status == d.BLOCKED and p.blocked_by else ""))
+            for h, note in notes:
+                lines.append(f"    {h.file} hunk #{h.hunk} [queue/{p.name}:{h.patch_line}]: {h.status}" + (f": {note}" if note else ""))
+                for text in h.drift:
+                    lines.append(f"      drift: {text}")
+        lines.append("")
+    lines.append("ok: every patch is acceptable" if report.ok else
+                 "FAILING: some patches are not acceptable (" + ", ".join(sorted(report.accept, key=d.STATUSES.index)) + " pass)")
+    return "\n".join(lines)
+
+
+def render_junit(report: d.CheckReport) -> bytes:
+    suites = ET.Element("testsuites", name="gqueue check")
+    for pin in report.pins:
+        failures = sum(1 for p in pin.patches if not p.acceptable)
+        suite = ET.SubElement(suites, "testsuite", name=f"gqueue check {pin.short}", tests=str(len(pin.patches)),
+                              failures=str(failures), errors="0", skipped="0", time=f"{pin.seconds:.3f}")
+        for p in pin.patches:
+            case = ET.SubElement(suite, "testcase", classname=f"gqueue.check.{pin.short}", name=p.name,
+                                 file=f"queue/{p.name}")
+            body = "\n".join(f"{h.file} hunk #{h.hunk} (queue/{p.name}:{h.patch_line}): {h.status}: {_hunk_note(h)}"
+                             for h in p.hunks if h.status != d.CLEAN)
+            if not p.acceptable:
+                failure = ET.SubElement(case, "failure", type=p.status, message=f"{p.status}: {_patch_note(p)}".strip(": "))
+                failure.text = body
+            elif p.drift or body:
+                out = ET.SubElement(case, "system-out")
+                out.text = "\n".join([body, *(f"semantic drift: {x}" for x in p.drift)]).strip()
+    ET.indent(suites)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="utf-8") + b"\n"
+
+
+def _esc_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _esc_prop(text: str) -> str:
+    return _esc_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(report: d.CheckReport, queue_dir: Path) -> list[str]:
+    """Workflow commands: an error per hunk that does not pass, a warning per semantic drift."""
+    base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
+    queue_dir = queue_dir.resolve()
+    rel = queue_dir.relative_to(base).as_posix() if queue_dir.is_relative_to(base) else queue_dir.name
+    out: list[str] = []
+    for pin in report.pins:
+        for p in pin.patches:
+            path = f"{rel}/{p.name}".removeprefix("./")
+            flagged = False
+            for h in p.hunks:
+                if not p.acceptable and h.status not in report.accept:
+                    flagged = True
+                    title = f"gqueue check {pin.short}: {h.status}"
+                    out.append(f"::error file={_esc_prop(path)},line={h.patch_line},title={_esc_prop(title)}::"
+                               + _esc_data(f"{h.file} hunk #{h.hunk}: {_hunk_note(h)}"))
+                for text in h.drift:
+                    title = f"gqueue check {pin.short}: semantic drift"
+                    out.append(f"::warning file={_esc_prop(path)},line={h.patch_line},title={_esc_prop(title)}::"
+                               + _esc_data(f"{h.file} hunk #{h.hunk}: {text}"))
+            if not p.acceptable and not flagged:
+                title = f"gqueue check {pin.short}: {p.status}"
+                out.append(f"::error file={_esc_prop(path)},line=1,title={_esc_prop(title)}::" + _esc_data(_patch_note(p) or p.status))
+    return out
+
+
+# --- rebase -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--pin", "pin_spec", metavar="SPEC", help="The pin to move to (label, version or source).")
+@click.option("--continue", "continue_", is_flag=True, help="Go on after fixing and refreshing the stopped patch.")
+@click.option("--skip", is_flag=True, help="Leave the stopped patch behind (parked in the series) and go on.")
+@click.option("--abort", is_flag=True, help="Put back the old pin, series, queue and work tree exactly.")
+@boundary("rebase")
+def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, abort: bool) -> Result:
+    """Move the stack to a new pin with three-way merges, refreshing every patch that lands."""
+    chosen = [name for name, on in (("--pin", pin_spec is not None), ("--continue", continue_),
+                                    ("--skip", skip), ("--abort", abort)) if on]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --pin SPEC, --continue, --skip, --abort")
+    if abort:
+        result = rebase_op.abort(ws)
+    elif continue_:
+        result = rebase_op.resume(ws)
+    elif skip:
+        result = rebase_op.resume(ws, skip=True)
+    else:
+        assert pin_spec is not None
+        result = rebase_op.start(ws, pin_spec)
+    code = ExitCode.CONFLICT if result.stopped is not None else ExitCode.OK
+    return result.to_json(), result.render(), code

@@ -107,6 +107,12 @@ class Workspace:
 
     # the stack ----------------------------------------------------------------
     def pin(self) -> Pin:
+        """The pin the stack is built on: vendor-pin.txt's, or the new one while a rebase runs."""
+        override = self.state_dir / "rebase-pin"
+        if override.is_file():
+            from ..model.pin import parse_pins
+
+            return parse_pins(override.read_text(encoding="utf-8"), path=".gqueue/rebase-pin").main
         return self.store.read_pins().main
 
     def require_work(self) -> None:

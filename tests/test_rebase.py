@@ -1,0 +1,133 @@
+"""gqueue rebase on the synthetic upstream of test_drift: clean moves, merges, retirement, a stop
+with conflict markers, and --continue / --skip / --abort."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from synth import Queue
+from test_drift import build_queue
+
+LANDING = ["A1-clean.patch", "B1-offset.patch", "C1-merged3.patch", "G1-upstream.patch", "H1-partial.patch",
+           "J1-renamed.patch", "M1-drift.patch"]
+
+
+def snapshot(q: Queue) -> dict[str, object]:
+    """Everything --abort must put back: queue files, series, pin, HEAD, work tree."""
+    git = lambda *a: subprocess.run(["git", *a], cwd=q.work, capture_output=True, text=True).stdout  # noqa: E731
+    files = {str(p.relative_to(q.root)): p.read_bytes() for p in q.root.rglob("*")
+             if p.is_file() and ".git" not in p.parts and ".gqueue" not in p.parts}
+    return {"files": files, "head": git("rev-parse", "HEAD"), "branch": git("symbolic-ref", "HEAD"),
+            "status": git("status", "--porcelain", "--untracked-files=all")}
+
+
+def test_rebase_without_conflicts(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, LANDING)
+    q.run("push", "--all")
+    before_header = (q.root / "queue/B1-offset.patch").read_text().split("...\n", 1)[0]
+    proc = q.run("rebase", "--pin", "next", "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] and doc["result"]["done"]
+    summary = doc["result"]["summary"]
+    assert summary["moved"] == ["A1-clean.patch", "B1-offset.patch", "M1-drift.patch"]
+    assert summary["merged"] == ["C1-merged3.patch", "H1-partial.patch", "J1-renamed.patch"]
+    assert summary["retired"] == ["G1-upstream.patch"] and summary["by_hand"] == []
+    pin_text = (q.root / "vendor-pin.txt").read_text()
+    assert "vllm-0.2.0.tar.gz" in pin_text.split("pin ", 1)[1].splitlines()[0] and "next " not in pin_text
+    series = (q.root / "series").read_text()
+    assert "# merged upstream in" in series and "G1-upstream.patch" in series
+    assert "G1-upstream.patch" not in q.run("series").stdout.split()
+    retired = (q.root / "queue/G1-upstream.patch").read_text()
+    assert "lifecycle: merged_upstream" in retired and "merged_upstream_in: " in retired
+    offset = (q.root / "queue/B1-offset.patch").read_text()
+    assert offset.startswith(before_header) and "@@ -34,7 +34,7 @@" in offset
+    partial = (q.root / "queue/H1-partial.patch").read_text()
+    assert "return y + 150" in partial and "return y + 22" not in partial
+    assert q.run("applied").stdout.split() == ["A1-clean.patch", "B1-offset.patch", "C1-merged3.patch",
+                                               "H1-partial.patch", "J1-renamed.patch", "M1-drift.patch"]
+    renamed = (q.root / "queue/J1-renamed.patch").read_text()  # carried to where the file went
+    assert "+++ b/vllm/moved/new_name.py" in renamed and "old_name" not in renamed.split("...\n", 1)[1]
+    assert "x * 33" in (q.work / "vllm/clean.py").read_text()
+    assert "def m4(x, scale=1):" in (q.work / "vllm/merge.py").read_text()
+    # the refreshed queue is exactly what refresh would write, and the new pin checks clean
+    q.run("refresh")
+    assert q.run("check", "--json").returncode == 0
+    q.run("pop", "--all")
+    q.run("push", "--all")
+
+
+def test_rebase_stops_and_abort_restores_everything(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "G1-upstream.patch", "E1-conflict.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    before = snapshot(q)
+    proc = q.run("rebase", "--pin", "next", check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "stopped at E1-conflict.patch" in proc.stdout and "gqueue rebase --continue" in proc.stdout
+    text = (q.work / "vllm/conflict.py").read_text()
+    assert "<<<<<<< " in text and ">>>>>>> E1-conflict.patch" in text
+    assert (q.root / "vendor-pin.txt").read_bytes() == before["files"]["vendor-pin.txt"]
+    assert q.run("applied").stdout.split() == ["A1-clean.patch", "E1-conflict.patch"]
+    assert q.run("rebase", "--continue", check=False).returncode == 1  # not refreshed yet
+    q.run("rebase", "--abort")
+    assert snapshot(q) == before
+    assert not (q.root / ".gqueue/rebase").exists()
+    q.run("pop", "--all")
+
+
+def test_rebase_continue_after_fix(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "K1-blocked.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    q.run("rebase", "--pin", "next", check=False)
+    target = q.work / "vllm/conflict.py"
+    lines = target.read_text().splitlines(keepends=True)
+    start = next(i for i, x in enumerate(lines) if x.startswith("<<<<<<<"))
+    end = next(i for i, x in enumerate(lines) if x.startswith(">>>>>>>"))
+    lines[start : end + 1] = ["    y = x * 4 + 0\n", "    y = clamp(y)  # guard E1\n"]
+    target.write_text("".join(lines))
+    q.run("refresh")
+    proc = q.run("rebase", "--continue", "--json", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["result"]["done"], proc.stdout
+    assert doc["result"]["summary"]["by_hand"] == ["E1-conflict.patch"]
+    assert doc["result"]["summary"]["moved"] == ["A1-clean.patch", "M1-drift.patch"]
+    assert doc["result"]["summary"]["merged"] == ["K1-blocked.patch"]
+    assert "return y + 4 if y else 0" in target.read_text()
+    assert "vllm-0.2.0" in (q.root / "vendor-pin.txt").read_text()
+    assert q.run("check", "--json").returncode == 0
+
+
+def test_rebase_skip_parks_the_patch(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "I1-missing.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    proc = q.run("rebase", "--pin", "next", check=False)
+    assert proc.returncode == 3 and "file-missing" in proc.stdout
+    assert (q.work / "vllm/gone.py.rej").exists()
+    doc = json.loads(q.run("rebase", "--skip", "--json").stdout)
+    assert doc["result"]["done"] and doc["result"]["summary"]["skipped"] == ["I1-missing.patch"]
+    assert "# parked: I1-missing.patch" in (q.root / "series").read_text()
+    assert not (q.work / "vllm/gone.py.rej").exists()
+    assert q.run("applied").stdout.split() == ["A1-clean.patch", "M1-drift.patch"]
+
+
+def test_rebase_refuses_dirty_tree_and_bad_usage(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch"])
+    q.run("push", "--all")
+    (q.work / "vllm/clean.py").write_text("changed\n")
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 1
+    assert q.run("rebase", check=False).returncode == 2
+    assert q.run("rebase", "--continue", check=False).returncode == 1
+
+
+def test_rebase_stops_at_fuzz_and_abort(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "D1-fuzz.patch"])
+    q.run("push", "--all")
+    before = snapshot(q)
+    proc = q.run("rebase", "--pin", "next", "--json", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 3 and doc["result"]["stopped"] == "D1-fuzz.patch"
+    assert doc["result"]["stopped_report"]["status"] == "fuzz"
+    assert q.run("status").returncode == 0
+    q.run("rebase", "--abort")
+    assert snapshot(q) == before

@@ -1,0 +1,113 @@
+"""``gqueue check``: the whole series against each pin, per hunk, without touching work/.
+
+Both the base pin and each target pin are imported into work/.git (tags only: no branch, index
+or file of the work tree moves), then :class:`SeriesRun` applies the series in memory.
+"""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+from ..errors import UsageError
+from ..model import drift as d
+from ..model.meta import PatchMeta
+from ..model.patch import HEADER_END, HEADER_START, PatchFile, split_header
+from ..model.pin import Pin, parse_source
+from ..model.series import SeriesEntry
+from ..upstream.resolve import record_hashes
+from .checkout import EXCLUDES, import_pin
+from .drift_engine import SeriesRun
+from .engine import file_diffs
+from .workspace import Workspace
+
+
+def resolve_pin(ws: Workspace, spec: str) -> Pin:
+    """A pin named in vendor-pin.txt (by label, source or version), or a new source."""
+    pins = ws.store.read_pins()
+    found = pins.find(spec)
+    if found is not None:
+        return found
+    try:
+        project, version, url = parse_source(spec, path="--pin")
+    except Exception as exc:  # noqa: BLE001 - a FormatError about the option, shown as usage
+        raise UsageError(f"--pin {spec}: {getattr(exc, 'message', exc)}") from None
+    pin = Pin("cli", spec, project, version, url, {}, 0)
+    if url is None:
+        ws.reporter.progress(f"looking up {pin.describe()} on the index")
+        pin = record_hashes(pin)
+    return pin
+
+
+def ensure_repo(ws: Workspace) -> None:
+    """work/.git must exist to hold the pins; creating it checks nothing out."""
+    if ws.repo.exists():
+        return
+    ws.repo.init()
+    (ws.repo.git_dir / "info").mkdir(exist_ok=True)
+    (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
+
+
+def pin_commit(ws: Workspace, pin: Pin) -> str:
+    """The pin's imported root commit, importing (fetch, verify) it first if needed."""
+    return ws.repo.rev(f"refs/tags/{pin.tag_name}") or import_pin(ws, pin)[0]
+
+
+def read_patch_quick(ws: Workspace, entry: SeriesEntry) -> PatchFile:
+    """A patch for check/rebase: the header is loaded with libyaml when it can be (check and
+    rebase only need id and requires; lint validates); anything odd takes the full parser,
+    which reports it properly."""
+    loader = getattr(yaml, "CSafeLoader", None)
+    path = ws.store.patch_path(entry.name)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ws.store.read_patch(entry.name, line=entry.line)
+    header, body = split_header(data)
+    if loader is None or not header or b"\r" in header:
+        return ws.store.read_patch(entry.name, line=entry.line)
+    try:
+        raw = yaml.load(header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8"), Loader=loader)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raw = None
+    if not isinstance(raw, dict) or not raw.get("id") or not all(isinstance(k, str) for k in raw):
+        return ws.store.read_patch(entry.name, line=entry.line)
+    return PatchFile(entry.name, header, body, PatchMeta(raw, {}))
+
+
+def load_series(ws: Workspace) -> list[tuple[SeriesEntry, PatchFile]]:
+    series = ws.store.read_series()
+    return [(e, read_patch_quick(ws, e)) for e in series.entries]
+
+
+def touched_paths(patches: list[tuple[SeriesEntry, PatchFile]]) -> set[str]:
+    return {p for e, patch in patches for fd in file_diffs(patch, e.strip) for p in (fd.old_path, fd.new_path) if p}
+
+
+def check(ws: Workspace, specs: tuple[str, ...] = (), *, accept: frozenset[str] = d.DEFAULT_ACCEPT,
+          max_fuzz: int = 2) -> d.CheckReport:
+    pins = ws.store.read_pins()
+    base_pin = pins.main
+    targets = [resolve_pin(ws, s) for s in specs] if specs else list(pins.pins)
+    ensure_repo(ws)
+    base_commit = pin_commit(ws, base_pin)
+    patches = load_series(ws)
+    reports = []
+    for pin in targets:
+        commit = pin_commit(ws, pin)
+        reports.append(check_pin(ws, base_pin, base_commit, pin, commit, patches, accept=accept, max_fuzz=max_fuzz))
+    return d.CheckReport(tuple(reports), accept)
+
+
+def check_pin(ws: Workspace, base_pin: Pin, base_commit: str, pin: Pin, commit: str,
+              patches: list[tuple[SeriesEntry, PatchFile]], *, accept: frozenset[str], max_fuzz: int) -> d.PinReport:
+    start = time.monotonic()
+    run = SeriesRun(ws.repo, base_commit, commit, accept=accept, max_fuzz=max_fuzz)
+    run.prefetch(touched_paths(patches))
+    results = []
+    for entry, patch in patches:
+        ws.reporter.progress(f"{pin.describe()}: {entry.name}")
+        results.append(run.run(patch, entry.strip).report)
+    label = None if pin.label == "cli" else pin.label
+    return d.PinReport(pin.describe(), label, pin.version, base_pin.describe(), tuple(results),
+                       seconds=time.monotonic() - start, project=pin.project)

@@ -1,0 +1,376 @@
+"""``gqueue rebase``: move the whole stack to a new pin.
+
+The new sdist is imported next to the old one (one object store, so three-way merges see both
+preimages); every patch is re-applied in memory by the drift engine; those that land become
+commits (one fast-import stream) and are refreshed from them (one ``git diff-tree --stdin``);
+patches fully upstream leave the series with their header saying so. At the first patch that
+needs a hand the work tree gets its conflict markers and the rebase stops; ``--continue``,
+``--skip`` and ``--abort`` take it from there. vendor-pin.txt changes only at the end.
+
+During a rebase ``.gqueue/rebase-pin`` names the new pin, so the stack (and ``gqueue refresh``)
+is read against the new base, and ``.gqueue/rebase/`` keeps what ``--abort`` restores.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError, UsageError
+from ..fsutil import atomic_write
+from ..model import drift as d
+from ..model.patch import PatchFile, format_patch, parse_patch, with_body, with_fields
+from ..model.pin import Pin, format_pin_line, parse_pins
+from ..model.series import parse_series
+from ..vcs.git import BRANCH, CommitSpec
+from .drift import pin_commit, read_patch_quick, resolve_pin, touched_paths
+from .drift_engine import PatchRun, SeriesRun
+from .engine import file_diffs
+from .stackops import PENDING, check_stack_matches, commit_author, commit_message, require_clean, require_refreshed
+from .transaction import move
+from .workspace import Workspace
+
+STATE = "rebase"
+OVERRIDE = "rebase-pin"
+MARKERS = (b"<<<<<<< ", b">>>>>>> ")
+
+
+@dataclass
+class RebaseResult:
+    old_pin: str
+    new_pin: str
+    tally: d.Tally
+    stopped: str | None = None
+    report: d.PatchReport | None = None
+    conflict_files: list[str] = field(default_factory=list)
+    done: bool = False
+    aborted: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "from": self.old_pin, "to": self.new_pin, "done": self.done, "aborted": self.aborted,
+            "summary": self.tally.to_json(), "stopped": self.stopped,
+            "stopped_report": self.report.to_json() if self.report else None,
+            "conflict_files": self.conflict_files,
+        }
+
+    def render(self) -> str:
+        if self.aborted:
+            return f"rebase aborted: back on {self.old_pin} with the series, queue and work tree as they were"
+        t = self.tally
+        lines = [
+            f"rebase {self.old_pin} -> {self.new_pin}: "
+            + ("done" if self.done else f"stopped at {self.stopped}"),
+            f"  moved cleanly:    {len(t.moved)}", f"  merged:           {len(t.merged)}"
+            + (f"  ({', '.join(t.merged)})" if t.merged else ""),
+            f"  retired upstream: {len(t.retired)}" + (f"  ({', '.join(t.retired)})" if t.retired else ""),
+            f"  needed a hand:    {len(t.by_hand)}" + (f"  ({', '.join(t.by_hand)})" if t.by_hand else ""),
+        ]
+        if t.skipped:
+            lines.append(f"  skipped (parked): {len(t.skipped)}  ({', '.join(t.skipped)})")
+        if self.stopped and self.report is not None:
+            lines.append("")
+            lines.append(f"{self.stopped}: {self.report.status}")
+            for h in self.report.hunks:
+                if h.status not in (d.CLEAN, d.OFFSET, d.MERGED3, d.UPSTREAM):
+                    where = f" (closest match line {h.closest.line})" if h.closest else ""
+                    if h.relocation:
+                        where += f"; now in {h.relocation.file}:{h.relocation.line}?"
+                    lines.append(f"  {h.file} hunk #{h.hunk}: {h.status}{where}")
+            if self.conflict_files:
+                lines.append("conflicts left in work/: " + ", ".join(self.conflict_files))
+            lines.append("fix them in work/, run 'gqueue refresh', then 'gqueue rebase --continue'")
+            lines.append("(or 'gqueue rebase --skip' to park this patch, 'gqueue rebase --abort' to go back)")
+        return "\n".join(lines)
+
+
+# --- state ------------------------------------------------------------------------------------
+
+
+def _state_dir(ws: Workspace) -> Path:
+    return ws.state_dir / STATE
+
+
+def _state_file(ws: Workspace) -> Path:
+    return _state_dir(ws) / "state.json"
+
+
+def in_progress(ws: Workspace) -> bool:
+    return _state_file(ws).is_file()
+
+
+def _load(ws: Workspace) -> dict[str, Any]:
+    try:
+        return json.loads(_state_file(ws).read_text())
+    except FileNotFoundError:
+        raise StateError("no rebase in progress", hint="start one with 'gqueue rebase --pin SPEC'") from None
+
+
+def _save(ws: Workspace, state: dict[str, Any]) -> None:
+    atomic_write(_state_file(ws), json.dumps(state, indent=1, sort_keys=True).encode())
+
+
+def _tally(state: dict[str, Any]) -> d.Tally:
+    return d.Tally(**{k: list(v) for k, v in state["tally"].items()})
+
+
+# --- start / continue / skip / abort ----------------------------------------------------------
+
+
+def start(ws: Workspace, spec: str) -> RebaseResult:
+    if in_progress(ws):
+        raise StateError("a rebase is already in progress", hint="'gqueue rebase --continue', '--skip' or '--abort'")
+    ws.require_work()
+    old_pin = ws.pin()
+    new_pin = resolve_pin(ws, spec)
+    if (new_pin.project, new_pin.version) == (old_pin.project, old_pin.version) and new_pin.url == old_pin.url:
+        raise UsageError(f"the stack is already on {old_pin.describe()}")
+    series = ws.store.read_series()
+    stack = ws.stack()
+    check_stack_matches(stack, series)
+    require_refreshed(ws)
+    require_clean(ws, "rebase")
+    new_base = pin_commit(ws, new_pin)
+    main_line = format_pin_line(Pin("pin", new_pin.source, new_pin.project, new_pin.version, new_pin.url, new_pin.options))
+    _save_originals(ws, series.names)
+    state = {
+        "from": old_pin.describe(), "to": new_pin.describe(), "pin_line": main_line, "label": new_pin.label,
+        "old_base": ws.base_commit(old_pin), "new_base": new_base, "old_head": stack.head,
+        "todo": series.names, "done": [], "stopped": None, "written": [],
+        "tally": d.Tally().to_json(),
+    }
+    _save(ws, state)
+    atomic_write(ws.state_dir / OVERRIDE, main_line.encode())
+    return _proceed(ws, state, head=new_base)
+
+
+def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
+    state = _load(ws)
+    stopped = state.get("stopped")
+    if stopped is None:
+        raise StateError("the rebase is not stopped at a patch", hint="'gqueue rebase --abort' to undo it")
+    stack = ws.stack()
+    if stack.top is None or stack.top.name != stopped:
+        raise StateError(f"the top patch should be {stopped}, the one the rebase stopped at",
+                         hint="push or pop back to it, or 'gqueue rebase --abort'")
+    tally = _tally(state)
+    _remove_written(ws, state)
+    if skip:
+        below = stack.commit_below(len(stack.applied) - 1)
+        move(ws, stack.head, below, op="rebase-skip", force=True)
+        ws.needs_refresh_path.unlink(missing_ok=True)
+        _park(ws, stopped, state["to"])
+        tally.skipped.append(stopped)
+        head = below
+    else:
+        if ws.needs_refresh_path.exists():
+            raise StateError(f"{stopped} has not been refreshed since the rebase stopped",
+                             path=f"queue/{stopped}", hint="fix work/, then 'gqueue refresh', then 'gqueue rebase --continue'")
+        body = ws.store.read_patch(stopped).body
+        if any(line[1:].startswith(MARKERS) for line in body.splitlines() if line.startswith(b"+")):
+            raise StateError(f"queue/{stopped} still contains conflict markers", path=f"queue/{stopped}",
+                             hint="resolve them in work/ and run 'gqueue refresh' again")
+        require_clean(ws, "continue the rebase")
+        tally.by_hand.append(stopped)
+        head = stack.head
+    state["done"].append(stopped)
+    state["stopped"] = None
+    state["tally"] = tally.to_json()
+    _save(ws, state)
+    return _proceed(ws, state, head=head)
+
+
+def _save_originals(ws: Workspace, names: list[str]) -> None:
+    """What --abort puts back, in one file: series, vendor-pin.txt and every patch of the series."""
+    files = {"series": ws.store.series_path, "vendor-pin.txt": ws.store.pin_path}
+    files.update({f"queue/{n}": ws.store.patch_path(n) for n in names if ws.store.patch_path(n).is_file()})
+    doc = {rel: base64.b64encode(path.read_bytes()).decode() for rel, path in files.items()}
+    atomic_write(_state_dir(ws) / "originals.json", json.dumps(doc).encode())
+
+
+def _originals(ws: Workspace) -> dict[str, bytes]:
+    doc = json.loads((_state_dir(ws) / "originals.json").read_text())
+    return {rel: base64.b64decode(data) for rel, data in doc.items()}
+
+
+def abort(ws: Workspace) -> RebaseResult:
+    state = _load(ws)
+    _remove_written(ws, state)
+    ws.write_journal({"op": "rebase-abort", "old": ws.repo.head(), "new": state["old_head"]})
+    ws.repo.checkout_fresh(state["old_head"])
+    ws.repo.update_ref(BRANCH, state["old_head"])
+    ws.clear_journal()
+    for rel, data in _originals(ws).items():
+        target = ws.store.root / rel
+        if not target.is_file() or target.read_bytes() != data:
+            atomic_write(target, data)
+    ws.needs_refresh_path.unlink(missing_ok=True)
+    _finish_state(ws)
+    return RebaseResult(state["from"], state["to"], _tally(state), aborted=True)
+
+
+def _finish_state(ws: Workspace) -> None:
+    (ws.state_dir / OVERRIDE).unlink(missing_ok=True)
+    shutil.rmtree(_state_dir(ws), ignore_errors=True)
+
+
+def _remove_written(ws: Workspace, state: dict[str, Any]) -> None:
+    for rel in state.get("written", []):
+        (ws.repo.path / rel).unlink(missing_ok=True)
+    state["written"] = []
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult:
+    """Re-apply the patches still to do on top of ``head`` (a commit on the new pin)."""
+    tally = _tally(state)
+    series = ws.store.read_series()
+    entries = {e.name: e for e in series.entries}
+    originals = _originals(ws)
+    todo = [n for n in state["todo"] if n not in state["done"] and n in entries]
+    patches = [(entries[n], read_patch_quick(ws, entries[n])) for n in todo]
+    run = SeriesRun(ws.repo, state["old_base"], head, accept=d.DEFAULT_ACCEPT, drift=False)
+    run.prefetch(touched_paths(patches))
+    for name in state["done"]:  # the old side must have every earlier patch, as it was
+        saved = originals.get(f"queue/{name}")
+        if saved is not None:
+            run.advance_old(parse_patch(saved, name=name, path=f"queue/{name}"),
+                            entries[name].strip if name in entries else 1)
+    specs: list[CommitSpec] = []
+    landed: list[PatchFile] = []
+    stop: tuple[PatchFile, PatchRun] | None = None
+    for entry, patch in patches:
+        name = entry.name
+        ws.reporter.progress(f"rebasing {name}")
+        outcome = run.run(patch, entry.strip)
+        status = outcome.report.status
+        if status == d.UPSTREAM:
+            _retire(ws, patch, state["to"])
+            tally.retired.append(name)
+        elif outcome.landed and outcome.changes:
+            specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
+            landed.append(patch)
+            if status in (d.CLEAN, d.OFFSET):
+                tally.moved.append(name)
+            else:
+                tally.merged.append(name)
+        else:
+            stop = (patch, outcome)
+            specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
+            break
+        state["done"].append(name)
+    target = head
+    if specs:
+        commits = ws.repo.write_commits(head, specs, PENDING)
+        parents = [head, *commits[:-1]]
+        bodies = ws.repo.diff_pairs(list(zip(parents, commits))[: len(landed)])
+        _write_patches(ws, [with_body(p, b) for p, b in zip(landed, bodies) if b != p.body])
+        target = commits[-1]
+    current = ws.repo.head()
+    if current != target:
+        move(ws, current or target, target, op="rebase")
+    if specs:
+        ws.repo.delete_ref(PENDING)
+    state["tally"] = tally.to_json()
+    if stop is not None:
+        patch, outcome = stop
+        files = _leave_conflicts(ws, state, patch, outcome)
+        ws.needs_refresh_path.parent.mkdir(parents=True, exist_ok=True)
+        ws.needs_refresh_path.write_text(patch.name + "\n")
+        state["stopped"] = patch.name
+        _save(ws, state)
+        return RebaseResult(state["from"], state["to"], tally, patch.name, outcome.report, files)
+    _complete(ws, state)
+    return RebaseResult(state["from"], state["to"], tally, done=True)
+
+
+def _write_patches(ws: Workspace, patches: list[PatchFile]) -> None:
+    """Write refreshed patches, each through a temporary file and a rename.
+
+    Unlike atomic_write there is no fsync per file: the originals are kept (synced) for
+    --abort, and 300 fsyncs would cost more than the whole rest of a rebase.
+    """
+    staged = []
+    for patch in patches:
+        target = ws.store.patch_path(patch.name)
+        tmp = target.with_name(f".{target.name}.rebase.tmp")
+        tmp.write_bytes(format_patch(patch))
+        staged.append((tmp, target))
+    for tmp, target in staged:
+        os.replace(tmp, target)
+
+
+def _complete(ws: Workspace, state: dict[str, Any]) -> None:
+    pins = ws.store.read_pins()
+    new_main = parse_pins(state["pin_line"]).main
+    lines = list(pins.lines)
+    for pin in pins.pins:
+        if pin.label == "pin":
+            lines[pin.line - 1] = state["pin_line"]
+        elif (pin.project, pin.version, pin.url) == (new_main.project, new_main.version, new_main.url):
+            lines[pin.line - 1] = ""
+    atomic_write(ws.store.pin_path, "".join(lines).encode())
+    parse_pins(ws.store.pin_path.read_text(), path="vendor-pin.txt")
+    _finish_state(ws)
+
+
+def _series_comment(ws: Workspace, name: str, comment: str) -> None:
+    series = ws.store.read_series()
+    entry = series.entries[series.index(name)]
+    lines = list(series.lines)
+    lines[entry.line - 1] = comment + "\n"
+    ws.store.write_series(parse_series("".join(lines), path="series"))
+
+
+def _retire(ws: Workspace, patch: PatchFile, pin: str) -> None:
+    """A patch fully upstream leaves the series; its header says where it landed."""
+    ws.store.write_patch(with_fields(patch, {"lifecycle": "merged_upstream", "merged_upstream_in": pin}))
+    _series_comment(ws, patch.name, f"# merged upstream in {pin}: {patch.name}")
+
+
+def _park(ws: Workspace, name: str, pin: str) -> None:
+    _series_comment(ws, name, f"# parked: {name}")
+
+
+def _leave_conflicts(ws: Workspace, state: dict[str, Any], patch: PatchFile, outcome: PatchRun) -> list[str]:
+    """Conflict markers (three-way) or .rej files in work/ for what did not land."""
+    files: list[str] = []
+    merged_paths = set()
+    for merge in outcome.merges:
+        merged_paths.add(merge.path)
+        target = ws.repo.path / merge.path
+        if merge.base is not None and merge.theirs is not None:
+            text, _n = ws.repo.merge_file(merge.ours, merge.base, merge.theirs,
+                                          labels=(state["to"], state["from"], patch.name))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(text)
+            files.append(merge.path)
+        else:
+            files.append(_write_rej(ws, state, merge.path, list(merge.failed)))
+    failed_files = {h.file for h in outcome.report.hunks if h.status not in d.LANDED}
+    for fd in file_diffs(patch):
+        if fd.path in failed_files and fd.path not in merged_paths:
+            bad = {h.hunk for h in outcome.report.hunks if h.file == fd.path and h.status not in d.LANDED}
+            files.append(_write_rej(ws, state, fd.path, [h for i, h in enumerate(fd.hunks) if i + 1 in bad]))
+    _save(ws, state)
+    return files
+
+
+def _write_rej(ws: Workspace, state: dict[str, Any], path: str, hunks: list[Any]) -> str:
+    text = [f"--- a/{path}\n+++ b/{path}\n".encode()]
+    for h in hunks:
+        text.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@\n".encode())
+        text.extend(tag + line for tag, line in h.lines)
+    rel = path + ".rej"
+    target = ws.repo.path / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"".join(text))
+    state.setdefault("written", []).append(rel)
+    return rel
