@@ -58,8 +58,13 @@ class Series:
 
     def insert(self, position: int, name: str) -> "Series":
         """A new series with ``name`` as entry number ``position`` (0-based)."""
-        if name in self:
-            raise FormatError(f"'{name}' is already in the series", path=self.path)
+        return self.insert_many(position, [name])
+
+    def insert_many(self, position: int, names: list[str]) -> "Series":
+        """A new series with ``names`` (in order) starting at entry number ``position``."""
+        for name in names:
+            if name in self:
+                raise FormatError(f"'{name}' is already in the series", path=self.path)
         lines = list(self.lines)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
@@ -69,7 +74,7 @@ class Series:
             at = self.entries[-1].line
         else:
             at = len(lines)
-        lines.insert(at, name + "\n")
+        lines[at:at] = [name + "\n" for name in names]
         return parse_series("".join(lines), path=self.path)
 
     def remove(self, name: str) -> "Series":

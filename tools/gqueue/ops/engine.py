@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..errors import FormatError, UnsafePatchError
 from ..model.apply import CLEAN, FAILED, FileOutcome, HunkOutcome, apply_hunks
@@ -22,6 +23,12 @@ class TreeView:
         self.repo = repo
         self.entries: dict[str, Entry] = repo.tree_entries(commit)
         self.overlay: dict[str, tuple[str, bytes] | None] = {}
+        self.blobs: dict[str, bytes] = {}
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """Read the blobs of ``paths`` in one batch (instead of one request per file later)."""
+        shas = {self.entries[p].sha for p in paths if p in self.entries and p not in self.overlay}
+        self.blobs.update(self.repo.blobs(shas - self.blobs.keys()))
 
     def get(self, path: str) -> tuple[str, bytes] | None:
         if path in self.overlay:
@@ -29,7 +36,9 @@ class TreeView:
         entry = self.entries.get(path)
         if entry is None:
             return None
-        data = self.repo.blob(entry.sha)
+        data = self.blobs.get(entry.sha)
+        if data is None:
+            data = self.repo.blob(entry.sha)
         return entry.mode, data
 
     def mode(self, path: str) -> str | None:
@@ -106,6 +115,10 @@ def check_path(path: str, *, where: str, line: int) -> None:
 def file_diffs(patch: PatchFile, strip: int = 1) -> list[FileDiff]:
     where = f"queue/{patch.name}"
     diffs = parse_diff(patch.body, path=where, first_line=patch.body_offset_line, strip=strip)
+    if not diffs and patch.body.strip():
+        raise FormatError(
+            "patch has text after its header but no diff in it (truncated?)", path=where, line=patch.body_offset_line,
+        )
     for fd in diffs:
         for p in (fd.old_path, fd.new_path):
             if p is not None:
@@ -162,3 +175,13 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             for path, value in pending.items():
                 view.set(path, value)
     return result
+
+
+def touched_paths(patches: Iterable[PatchFile]) -> set[str]:
+    """The paths a set of patches name in their file headers (a cheap scan, for prefetching)."""
+    paths: set[str] = set()
+    for patch in patches:
+        for line in patch.body.splitlines():
+            if line.startswith((b"--- a/", b"+++ b/")):
+                paths.add(line[6:].split(b"\t", 1)[0].decode("utf-8", "surrogateescape"))
+    return paths

@@ -68,8 +68,8 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
     for patch, _strip, kind in prepared:
         ws.store.write_patch(patch)
         result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind})
-    for offset, (patch, strip, _kind) in enumerate(prepared):
-        series = series.insert(position + offset, patch.name)
+    series = series.insert_many(position, [patch.name for patch, _strip, _kind in prepared])
+    for patch, strip, _kind in prepared:
         if strip != 1:
             series = _with_strip(series, patch.name, strip)
     ws.store.write_series(series)

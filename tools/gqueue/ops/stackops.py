@@ -10,7 +10,7 @@ from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
-from .engine import PatchResult, TreeView, apply_patch
+from .engine import PatchResult, TreeView, apply_patch, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import Stack, Workspace
 
@@ -103,13 +103,14 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         pending = pending[:count]
     if not pending:
         raise StateError("the whole series is already applied" if series.entries else "the series is empty")
-    _require_unique_ids(ws, series, len(stack.applied) + len(pending))
+    loaded = _require_unique_ids(ws, series, len(stack.applied) + len(pending))
     view = TreeView(ws.repo, stack.head)
+    view.prefetch(touched_paths(loaded[e.name] for e in pending))
     result = PushResult()
     specs: list[CommitSpec] = []
     patches: list[PatchFile] = []
     for entry in pending:
-        patch = ws.store.read_patch(entry.name, line=entry.line)
+        patch = loaded[entry.name]
         ws.reporter.progress(f"applying {entry.name}")
         outcome = apply_patch(view, patch, strip=entry.strip, max_fuzz=fuzz)
         if not outcome.ok and not (fuzz and outcome.status == "fuzz"):
@@ -132,17 +133,23 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
     return result
 
 
-def _require_unique_ids(ws: Workspace, series: Series, upto: int) -> None:
-    """Two patches of the stack must not share an id (commits, reports and requires name patches by it)."""
+def _require_unique_ids(ws: Workspace, series: Series, upto: int) -> dict[str, PatchFile]:
+    """Two patches of the stack must not share an id (commits, reports and requires name patches by it).
+
+    Returns the patches it read, by name, so the caller reads each file once.
+    """
     seen: dict[str, str] = {}
+    loaded: dict[str, PatchFile] = {}
     for entry in series.entries[:upto]:
         patch = ws.store.read_patch(entry.name, line=entry.line)
+        loaded[entry.name] = patch
         first = seen.setdefault(patch.meta.id, entry.name)
         if first != entry.name:
             raise FormatError(
                 f"patch id '{patch.meta.id}' is used by both {first} and {entry.name}",
                 path=f"queue/{entry.name}", line=patch.meta.line_of("id"), hint="give each patch its own id",
             )
+    return loaded
 
 
 def _force_apply(ws: Workspace, view: TreeView, patch: PatchFile, strip: int, outcome: PatchResult,
