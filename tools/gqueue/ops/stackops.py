@@ -252,7 +252,8 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     forced_push = ws.needs_refresh_path.exists()
     if not force and not forced_push:
         _require_patch_matches_commit(ws, patch, parent, top.commit)
-    _remove_rejects(ws)
+    if forced_push:
+        _remove_rejects(ws)
     ws.repo.run("add", "-A", "--", ".")
     tree = ws.repo.run("write-tree").decode().strip()
     body = ws.repo.diff_tree_to_tree(parent, tree)
@@ -266,8 +267,7 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     digest = hashlib.sha256(format_patch(new_patch)).hexdigest()
     ws.write_journal({"op": "refresh", "old": top.commit, "new": new_commit, "patch": top.name, "sha256": digest})
     ws.store.write_patch(new_patch)
-    ws.repo.update_ref(BRANCH, new_commit, top.commit)
-    ws.repo.reset_index(new_commit)
+    ws.repo.update_ref(BRANCH, new_commit, top.commit)  # the index already holds its tree
     ws.clear_journal()
     if forced_push:
         os.unlink(ws.needs_refresh_path)
@@ -276,7 +276,10 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
 
 def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str) -> None:
     """Refuse to overwrite a patch file that was edited by hand after it was pushed."""
+    if patch.body == ws.repo.diff(parent, commit):
+        return  # the file is exactly what the commit holds (the usual case after a refresh)
     view = TreeView(ws.repo, parent)
+    view.prefetch(touched_paths([patch]))
     outcome = apply_patch(view, patch)
     expected = ws.repo.tree_entries(commit)
     touched = set(ws.repo.run("diff", "--name-only", "--no-renames", "-z", parent, commit).decode().split("\0")) - {""}
@@ -289,7 +292,7 @@ def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, 
         entry = expected.get(path)
         if change is None and entry is None:
             continue
-        if change is None or entry is None or ws.repo.blob(entry.sha) != change[1]:
+        if change is None or entry is None or ws.repo.blobs([entry.sha])[entry.sha] != change[1]:
             raise StateError(
                 f"queue/{patch.name} was edited after it was pushed; refresh would overwrite that edit",
                 path=f"queue/{patch.name}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
