@@ -9,7 +9,6 @@ from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
 # Real sdists and wheels are cached across runs on one machine (slow tests only).
 REAL_CACHE = os.environ.get("GQUEUE_CACHE") or str(Path.home() / ".cache" / "gqueue")
 

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from paths import REPO
 from synth import Queue
 
 pytestmark = pytest.mark.slow

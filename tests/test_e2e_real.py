@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from paths import REPO
 from synth import Queue
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from paths import REPO
 from gqueue.errors import FormatError
 from gqueue.model.apply import apply_hunks
 from gqueue.model.diff import parse_diff
