@@ -44,6 +44,11 @@ class QueueLock:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     holder = self._holder()
+                    for _ in range(20):  # the holder may have the lock but not have written its record yet
+                        if holder.get("pid"):
+                            break
+                        time.sleep(0.01)
+                        holder = self._holder()
                     os.close(fd)
                     raise LockedError(
                         f"the queue is locked by gqueue pid {holder.get('pid', '?')} on {holder.get('host', '?')} "

@@ -154,6 +154,11 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
         while i < n and lines[i].startswith(b"@@"):
             hunk, i = _parse_hunk(lines, i, path=path, first_line=first_line)
             hunks.append(hunk)
+            if i < n and _hunk_line_after_count(lines[i]):
+                raise FormatError(
+                    f"hunk line counts lie: the header says {hunk.old_len} old and {hunk.new_len} new lines, "
+                    "but more hunk lines follow", path=path, line=lineno(i),
+                )
         if not hunks and not (meta.get("new") or meta.get("deleted")):
             raise FormatError("file header without hunks", path=path, line=lineno(start))
         files.append(
@@ -163,6 +168,13 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
             )
         )
     return files
+
+
+def _hunk_line_after_count(line: bytes) -> bool:
+    """A context, added or removed line right after a hunk whose counts are used up."""
+    if line.startswith((b"--- ", b"-- \n", b"-- \r\n")) or line in (b"--\n", b"-- "):
+        return False  # the next file's header, or a mail signature
+    return line[:1] in (b" ", b"+", b"-") and len(line.rstrip(b"\r\n")) > 1
 
 
 def _s(meta: dict[str, str | bool | None], key: str) -> str | None:

@@ -50,6 +50,8 @@ def split_header(data: bytes) -> tuple[bytes, bytes]:
 
 def parse_patch(data: bytes, *, name: str, path: str | None = None, require_header: bool = True) -> PatchFile:
     where = path or name
+    if data.startswith(b"---\r\n"):
+        raise FormatError("patch file has CRLF (Windows) line endings; convert it to LF", path=where, line=1)
     header, body = split_header(data)
     if data.startswith(HEADER_START) and not header:
         raise FormatError("patch header opened with '---' is never closed with '...'", path=where, line=1)

@@ -39,6 +39,8 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
                 elif depth == 1:
                     raise FormatError("header keys must be plain strings", path=path, line=line)
                 depth += 1
+                if depth > MAX_DEPTH:
+                    raise FormatError(f"YAML header nested deeper than {MAX_DEPTH} levels", path=path, line=line)
                 if depth == 1:
                     if not isinstance(event, yaml.MappingStartEvent):
                         raise FormatError("patch header must be a YAML mapping", path=path, line=line)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 from ..errors import StateError
-from ..vcs.git import BRANCH
+from ..vcs.git import BRANCH, GitError
 from .transaction import recover_queue_edit, save_local_changes
 from .workspace import Workspace, trailer_value
 
@@ -27,13 +28,14 @@ def _worktree_matches(ws: Workspace, commit: str, paths: list[str]) -> bool:
     return True
 
 
-_TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # what fsutil.atomic_write names its temporaries
+# what fsutil.atomic_write (and rebase's batched patch writer) name their temporaries
+_TEMPORARY = re.compile(r"^\..+\.([A-Za-z0-9_]{8}|rebase)\.tmp$")
 
 
 def _sweep_temporaries(ws: Workspace) -> list[str]:
     """Remove the temporary files of atomic writes that a killed process never renamed."""
     removed = []
-    for folder in (ws.store.root, ws.store.queue_dir, ws.state_dir):
+    for folder in (ws.store.root, ws.store.queue_dir, ws.state_dir, ws.store.root / "dist"):
         try:
             names = os.listdir(folder)
         except OSError:
@@ -43,6 +45,32 @@ def _sweep_temporaries(ws: Workspace) -> list[str]:
                 (folder / name).unlink(missing_ok=True)
                 removed.append(ws.store.rel(folder / name))
     return [f"removed {len(removed)} temporary file(s) of an interrupted write: {', '.join(removed)}"] if removed else []
+
+
+GIT_LOCKS = ("index.lock", "HEAD.lock", "packed-refs.lock", "refs/heads/gqueue.lock")
+GIT_LOCK_GRACE = 2.0  # seconds a git process that outlived its gqueue gets to finish
+
+
+def _clear_git_locks(ws: Workspace) -> list[str]:
+    """Lock files of git processes killed with gqueue: git refuses to work until they go.
+
+    We hold the queue lock, so no other gqueue runs; a git child that outlived a killed gqueue
+    finishes within moments, so a lock still there after a grace period is stale.
+    """
+    if not ws.repo.exists():
+        return []
+    locks = [ws.repo.git_dir / name for name in GIT_LOCKS]
+    locks += list((ws.repo.git_dir / "refs" / "gqueue").glob("**/*.lock"))
+    deadline = time.monotonic() + GIT_LOCK_GRACE
+    while any(p.exists() for p in locks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stale = [p for p in locks if p.exists()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if not stale:
+        return []
+    names = ", ".join(str(p.relative_to(ws.repo.path)) for p in stale)
+    return [f"removed stale git lock file(s) left by a killed git process: {names}"]
 
 
 def _restore_checkout(ws: Workspace) -> list[str]:
@@ -56,9 +84,18 @@ def _restore_checkout(ws: Workspace) -> list[str]:
     return ["finished an interrupted checkout (wrote the files of the pinned release)"]
 
 
+def _switch(ws: Workspace, old: str, new: str) -> bool:
+    """Redo the move with git's own check: it refuses when it would overwrite a local change."""
+    try:
+        ws.repo.switch_tree(old, new)
+    except GitError:
+        return False
+    return True
+
+
 def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
     """Look at the journal left by an interrupted command and finish or undo it."""
-    early = _sweep_temporaries(ws) + recover_queue_edit(ws) + _restore_checkout(ws)
+    early = _sweep_temporaries(ws) + _clear_git_locks(ws) + recover_queue_edit(ws) + _restore_checkout(ws)
     for action in early:
         ws.reporter.note(action)
     journal = ws.read_journal()
@@ -89,7 +126,22 @@ def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
         elif head == old:
             index_tree = ws.repo.run("write-tree", check=False).decode().strip()
             dirty = ws.repo.dirty_paths()
-            if index_tree == ws.repo.tree_of(new) or _worktree_matches(ws, new, dirty):
+            if journal.get("force"):
+                # a forced move discards work-tree changes by design; keep a copy all the same
+                if dirty:
+                    save_local_changes(ws, "recover")
+                ws.repo.checkout_fresh(new)
+                ws.repo.update_ref(BRANCH, new, old)
+                actions.append(f"finished an interrupted {op}")
+            elif index_tree == ws.repo.tree_of(new):
+                # read-tree writes the files before the index: they are in place, and any other
+                # change in work/ is the user's own, which a checkout would throw away
+                ws.repo.update_ref(BRANCH, new, old)
+                actions.append(f"finished an interrupted {op}")
+            elif _switch(ws, old, new):
+                ws.repo.update_ref(BRANCH, new, old)  # git moved the files and kept the user's other edits
+                actions.append(f"finished an interrupted {op}")
+            elif _worktree_matches(ws, new, dirty):
                 ws.repo.checkout_fresh(new)
                 ws.repo.update_ref(BRANCH, new, old)
                 actions.append(f"finished an interrupted {op}")
@@ -123,6 +175,11 @@ class RepairResult:
 def repair(ws: Workspace) -> RepairResult:
     result = RepairResult(recover(ws, repairing=True))
     ws.require_work()
+    if (ws.state_dir / "rebase" / "state.json").is_file():
+        # the stack is on the new pin part-way: resetting HEAD would throw the rebase away
+        result.actions.append("a rebase is in progress: finish it with 'gqueue rebase --continue' "
+                              "(or '--skip'), or undo it with 'gqueue rebase --abort'")
+        return result
     base = ws.base_commit()
     if not ws.on_branch():
         head = ws.repo.head() or base

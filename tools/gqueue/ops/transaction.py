@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ..fsutil import atomic_write
+from ..model.series import Series
 from ..vcs.git import BRANCH
 from .workspace import Workspace
+
+QUEUE_EDIT = "queue-edit.json"
 
 
 def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False) -> None:
     """Move HEAD, index and files from ``old`` to ``new``; journaled."""
     if old == new:
         return
-    ws.write_journal({"op": op, "old": old, "new": new})
+    ws.write_journal({"op": op, "old": old, "new": new, **({"force": True} if force else {})})
     if force:
         ws.repo.checkout_fresh(new)
     else:
@@ -36,3 +43,73 @@ def save_local_changes(ws: Workspace, reason: str) -> Path | None:
     atomic_write(path, diff)
     ws.reporter.note(f"local changes saved to {ws.store.rel(path)} (apply with: git -C work apply {Path('..') / ws.store.rel(path)})")
     return path
+
+
+# Edits of several queue files (series + queue/NAME) ------------------------------------------------
+#
+# One file is replaced atomically; several are not. An operation that creates or deletes patch
+# files and rewrites the series records what it means to do first; the series write is the
+# commit point. Files it creates are written before the series, files it deletes go after.
+# If it dies, recovery looks at the series: still the old one -> the created files are moved
+# to .gqueue/deleted/ (rolled back); already the new one -> the files to delete are moved
+# there (rolled forward). Nothing is ever unlinked, so no patch text can be lost.
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextmanager
+def queue_edit(ws: Workspace, op: str, before: Series, after: Series, *,
+               create: tuple[str, ...] = (), delete: tuple[str, ...] = ()) -> Iterator[None]:
+    """Journal a multi-file edit of the queue; see above. The journal goes when the block ends."""
+    entry = {
+        "op": op,
+        "series_before": _sha(before.text().encode("utf-8")),
+        "series_after": _sha(after.text().encode("utf-8")),
+        "create": list(create),
+        "delete": list(delete),
+    }
+    path = ws.state_dir / QUEUE_EDIT
+    atomic_write(path, json.dumps(entry, sort_keys=True).encode())
+    yield
+    path.unlink(missing_ok=True)
+
+
+def trash(ws: Workspace, name: str) -> Path:
+    """Move queue/NAME to .gqueue/deleted/ (kept, never unlinked)."""
+    source = ws.store.patch_path(name)
+    target = ws.state_dir / "deleted" / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(source, target)
+    return target
+
+
+def recover_queue_edit(ws: Workspace) -> list[str]:
+    """Finish or undo a multi-file queue edit that a killed process left half-done."""
+    path = ws.state_dir / QUEUE_EDIT
+    try:
+        entry = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except ValueError:
+        path.unlink(missing_ok=True)
+        return ["dropped an unreadable queue-edit journal"]
+    op = entry.get("op", "edit")
+    series = ws.store.series_path.read_bytes() if ws.store.series_path.exists() else b""
+    listed = set(ws.store.read_series().names) if series else set()
+    actions: list[str] = []
+    if _sha(series) == entry.get("series_after"):
+        gone = [n for n in entry.get("delete", []) if n not in listed and ws.store.patch_path(n).exists()]
+        for name in gone:
+            trash(ws, name)
+        actions.append(f"finished an interrupted {op}" + (f" (moved {', '.join(gone)} to .gqueue/deleted/)" if gone else ""))
+    elif _sha(series) == entry.get("series_before"):
+        made = [n for n in entry.get("create", []) if n not in listed and ws.store.patch_path(n).exists()]
+        for name in made:
+            trash(ws, name)
+        actions.append(f"undid an interrupted {op}" + (f" (moved {', '.join(made)} to .gqueue/deleted/)" if made else ""))
+    else:
+        actions.append(f"dropped the journal of an interrupted {op}: the series changed since")
+    path.unlink(missing_ok=True)
+    return actions

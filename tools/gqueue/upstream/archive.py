@@ -19,6 +19,18 @@ from ..errors import IntegrityError
 MAX_TOTAL = 8 << 30
 MAX_MEMBER = 1 << 30
 MAX_RATIO = 200
+BOMB_FLOOR = 32 << 20  # below this many unpacked bytes the ratio is not checked
+
+
+def _check_total(total: int, packed: int, archive: str) -> None:
+    """Refuse archives that unpack to too much, absolutely or for their size (tar and zip bombs)."""
+    if total > MAX_TOTAL:
+        raise IntegrityError(f"archive unpacks to more than {MAX_TOTAL} bytes", path=archive)
+    if total > BOMB_FLOOR and total > MAX_RATIO * max(packed, 1):
+        raise IntegrityError(
+            f"archive unpacks to {total} bytes from {packed}: more than {MAX_RATIO} times its size, "
+            "refused as a decompression bomb", path=archive,
+        )
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ def read_archive(path: Path) -> list[Member]:
 
 def _read_tar(path: Path) -> Iterator[Member]:
     archive = path.name
+    packed = path.stat().st_size
     total = 0
     items: list[tuple[list[str], str, bytes]] = []
     try:
@@ -81,6 +94,7 @@ def _read_tar(path: Path) -> Iterator[Member]:
                 total += info.size
                 if info.size > MAX_MEMBER or total > MAX_TOTAL:
                     raise IntegrityError(f"archive unpacks to more than {MAX_TOTAL} bytes", path=archive)
+                _check_total(total, packed, archive)
                 handle = tar.extractfile(info)
                 data = handle.read() if handle else b""
                 mode = "100755" if info.mode & stat.S_IXUSR else "100644"
@@ -92,6 +106,7 @@ def _read_tar(path: Path) -> Iterator[Member]:
 
 def _read_zip(path: Path) -> Iterator[Member]:
     archive = path.name
+    packed = path.stat().st_size
     total = 0
     items: list[tuple[list[str], str, bytes]] = []
     try:
@@ -103,6 +118,7 @@ def _read_zip(path: Path) -> Iterator[Member]:
                 total += info.file_size
                 if info.file_size > MAX_MEMBER or total > MAX_TOTAL:
                     raise IntegrityError(f"archive unpacks to more than {MAX_TOTAL} bytes", path=archive)
+                _check_total(total, packed, archive)
                 if info.compress_size and info.file_size / info.compress_size > MAX_RATIO and info.file_size > 1 << 24:
                     raise IntegrityError(f"archive member '{info.filename}' looks like a zip bomb", path=archive)
                 unix_mode = info.external_attr >> 16

@@ -79,6 +79,12 @@ def fetch(url: str, sha256: str, filename: str, *, where: str) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
+        if not target.exists():  # a failed download leaves no empty folders behind
+            for folder in (target.parent, target.parent.parent, target.parent.parent.parent):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
     return target
 
 
