@@ -59,6 +59,7 @@ def _tq_split_kernel(
     HAS_QSTART: tl.constexpr,
     FP8_E4B15: tl.constexpr,
     DOT_BF16: tl.constexpr,
+    PREFETCH: tl.constexpr = False,
 ):
     sid = tl.program_id(0)
     hk = tl.program_id(1)
@@ -122,33 +123,115 @@ def _tq_split_kernel(
     bt_row = BT + b.to(tl.int64) * stride_bt
     kv_head = hk.to(tl.int64) * stride_kh
     offs_n = tl.arange(0, BLOCK_N)
+    PR: tl.constexpr = PAGE if PAGE < BLOCK_N else BLOCK_N  # rows of one page in a tile
+    NP: tl.constexpr = BLOCK_N // PR  # pages per tile
+    PAGED: tl.constexpr = KEY_FP8 and VSPLIT and (PAGE & (PAGE - 1) == 0) and (BLOCK_N % PR == 0)
+    if PAGED:
+        # Page-structured addressing: one block-table entry and one 64-bit base per page,
+        # plus loop-invariant 32-bit offsets inside the page.
+        r3 = tl.arange(0, PR)
+        pg = tl.arange(0, NP)
+        row_off = r3 * stride_kp
+        koff = row_off[None, :, None] + dd[None, None, :]
+        voff = row_off[None, :, None] + KPS + dh[None, None, :]
+        soff = row_off[None, :] + (KPS + VAL_BYTES)
+        last_page = (end - 1) // PAGE
+        if PREFETCH:
+            # hand-pipelined: tile i+1's bytes and tile i+2's block ids are requested
+            # before tile i is computed
+            nz = (start + pg * 0) < end
+            p0 = tl.maximum(tl.minimum(start // PAGE + pg, last_page), 0)
+            b0 = tl.load(bt_row + p0, mask=nz, other=0).to(tl.int64)
+            pb0 = tl.multiple_of(b0 * stride_kb + kv_head + (start % PAGE) * stride_kp, ALIGN)
+            kb_n = tl.load(KV + pb0[:, None, None] + koff, mask=nz[:, None, None], other=0)
+            vb_n = tl.load(KV + pb0[:, None, None] + voff, mask=nz[:, None, None], other=0)
+            sz0 = (KV + pb0[:, None] + soff).to(tl.pointer_type(tl.float16))
+            vs_n = tl.load(sz0, mask=nz[:, None], other=0.0)
+            vz_n = tl.load(sz0 + 1, mask=nz[:, None], other=0.0)
+            p1 = tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0)
+            blk_n = tl.load(bt_row + p1, mask=nz, other=0)
+        for n0 in range(start, end, BLOCK_N):
+            pos = n0 + offs_n
+            pmask = pos < end
+            if PREFETCH:
+                kb3 = kb_n
+                vb3 = vb_n
+                vs3 = vs_n
+                vz3 = vz_n
+                n1 = n0 + BLOCK_N
+                pb1 = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + (n1 % PAGE) * stride_kp, ALIGN)
+                kb_n = tl.load(KV + pb1[:, None, None] + koff)
+                vb_n = tl.load(KV + pb1[:, None, None] + voff)
+                sz1 = (KV + pb1[:, None] + soff).to(tl.pointer_type(tl.float16))
+                vs_n = tl.load(sz1)
+                vz_n = tl.load(sz1 + 1)
+                blk_n = tl.load(bt_row + tl.minimum((n0 + 2 * BLOCK_N) // PAGE + pg, last_page))
+            else:
+                pidx = tl.minimum(n0 // PAGE + pg, last_page)
+                blk = tl.load(bt_row + pidx).to(tl.int64)
+                pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * stride_kp, ALIGN)
+                kb3 = tl.load(KV + pbase[:, None, None] + koff)
+                vb3 = tl.load(KV + pbase[:, None, None] + voff)
+                sz = (KV + pbase[:, None] + soff).to(tl.pointer_type(tl.float16))
+                vs3 = tl.load(sz)
+                vz3 = tl.load(sz + 1)
+            kb = tl.reshape(kb3, [BLOCK_N, D])
+            if FP8_E4B15:
+                k = kb.to(tl.float8e4b15, bitcast=True).to(tl.float16).to(dot_t)
+            else:
+                k = kb.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(dot_t)
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            valid = pmask[None, :]
+            if not RAW_TAIL:
+                valid = valid & (pos[None, :] <= row_last[:, None])
+            s = tl.where(valid, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+            # rows past the end of the sequence read allocated but unwritten slots: their
+            # scale / zero may be anything, so they are zeroed (their p is 0 already)
+            vs = tl.where(pmask, tl.reshape(vs3, [BLOCK_N]).to(tl.float32), 0.0)
+            vz = tl.where(pmask, tl.reshape(vz3, [BLOCK_N]).to(tl.float32), 0.0)
+            ps = (p * vs[None, :]).to(tl.float16)
+            z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
+            vb = tl.reshape(vb3, [BLOCK_N, D // 2]).to(tl.uint16)
+            lo = (((vb & 15) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
+            hi = (((vb >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
+            acc_lo = tl.dot(ps, lo, acc_lo * alpha[:, None])
+            acc_hi = tl.dot(ps, hi, acc_hi * alpha[:, None])
+        end = start
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n
         pmask = pos < end
+        # Rows past the end re-read the last valid token (finite bytes, score masked
+        # to -inf below), so the cache loads need no predicate.
+        pos_c = tl.minimum(pos, end - 1)
         if PAGE % BLOCK_N == 0:
             blk = tl.load(bt_row + n0 // PAGE).to(tl.int64)
-            base = blk * stride_kb + kv_head + (pos % PAGE).to(tl.int64) * stride_kp
         else:
-            blk = tl.load(bt_row + pos // PAGE, mask=pmask, other=0).to(tl.int64)
-            base = blk * stride_kb + kv_head + (pos % PAGE).to(tl.int64) * stride_kp
+            blk = tl.load(bt_row + pos_c // PAGE).to(tl.int64)
+        base = blk * stride_kb + kv_head + (pos_c % PAGE).to(tl.int64) * stride_kp
         base = tl.multiple_of(base, ALIGN)
 
         # ---- keys -> scores [M_PAD, BLOCK_N]
         if KEY_FP8:
-            kb = tl.load(KV + base[:, None] + dd[None, :], mask=pmask[:, None], other=0)
+            kb = tl.load(KV + base[:, None] + dd[None, :])
             if FP8_E4B15:
-                k = kb.to(tl.float8e4b15, bitcast=True).to(dot_t)
+                k = kb.to(tl.float8e4b15, bitcast=True).to(tl.float16).to(dot_t)
             else:
-                k = kb.to(tl.float8e4nv, bitcast=True).to(dot_t)
+                k = kb.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(dot_t)
             s = tl.dot(q, tl.trans(k)) * qk_scale
         else:
             kaddr = KV + base[:, None] + k_byte[None, :]
-            r0 = tl.load(kaddr, mask=pmask[:, None], other=0).to(tl.int32)
-            r1 = tl.load(kaddr + 1, mask=pmask[:, None], other=0).to(tl.int32)
+            r0 = tl.load(kaddr).to(tl.int32)
+            r1 = tl.load(kaddr + 1).to(tl.int32)
             kidx = ((r0 | (r1 << 8)) >> k_shift[None, :]) & ((1 << MSE_BITS) - 1)
             c = tl.load(Cent + kidx)
             kn_ptr = (KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))
-            kn = tl.load(kn_ptr, mask=pmask, other=0.0).to(tl.float32)
+            kn = tl.load(kn_ptr).to(tl.float32)
             if NORM_CORR:
                 kn = kn / tl.sqrt(tl.sum(c * c, 1) + 1e-16)
             s = tl.dot(q, tl.trans(c.to(dot_t))) * (kn * qk_scale)[None, :]
@@ -166,22 +249,25 @@ def _tq_split_kernel(
 
         # ---- values: P @ (code * scale + zero)
         sz_ptr = (KV + base + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
-        vs = tl.load(sz_ptr, mask=pmask, other=0.0).to(tl.float32)
-        vz = tl.load(sz_ptr + 1, mask=pmask, other=0.0).to(tl.float32)
-        z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
+        vs = tl.load(sz_ptr).to(tl.float32)
+        vz = tl.load(sz_ptr + 1).to(tl.float32)
         ps = (p * vs[None, :]).to(tl.float16)
+        # codes become fp16 by OR-ing them into the mantissa of 1024.0 and subtracting
+        # 1024 in fp16 (exact; no int->float conversions)
+        z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
         if VSPLIT:
-            vb = tl.load(KV + base[:, None] + KPS + dh[None, :], mask=pmask[:, None], other=0)
-            lo = (vb & 15).to(tl.float16)
-            hi = (vb >> 4).to(tl.float16)
+            vb = tl.load(KV + base[:, None] + KPS + dh[None, :]).to(tl.uint16)
+            lo = (((vb & 15) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
+            hi = (((vb >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
             acc_lo = tl.dot(ps, lo, acc_lo * alpha[:, None])
             acc_hi = tl.dot(ps, hi, acc_hi * alpha[:, None])
         else:
             vaddr = KV + base[:, None] + KPS + v_byte[None, :]
-            w0 = tl.load(vaddr, mask=pmask[:, None], other=0).to(tl.int32)
-            w1 = tl.load(vaddr + 1, mask=pmask[:, None], other=0).to(tl.int32)
-            code = ((w0 | (w1 << 8)) >> v_shift[None, :]) & ((1 << VQB) - 1)
-            acc = tl.dot(ps, code.to(tl.float16), acc * alpha[:, None])
+            w0 = tl.load(vaddr).to(tl.int32)
+            w1 = tl.load(vaddr + 1).to(tl.int32)
+            code = (((w0 | (w1 << 8)) >> v_shift[None, :]) & ((1 << VQB) - 1)) | 0x6400
+            code16 = (code.to(tl.uint16).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
+            acc = tl.dot(ps, code16, acc * alpha[:, None])
 
     has = l_i > 0.0
     l_safe = tl.where(has, l_i, 1.0)
@@ -226,14 +312,136 @@ def _tq_combine_kernel(
     QL: tl.constexpr,
     ROWS: tl.constexpr,
     D: tl.constexpr,
-    S_CHUNK: tl.constexpr,
+    DC: tl.constexpr,  # output columns per program
+    S_CHUNK: tl.constexpr,  # splits merged per step (all of them when S <= S_CHUNK)
     QL_PAD: tl.constexpr,
     RAW_TAIL: tl.constexpr,
     HAS_QSTART: tl.constexpr,
 ):
-    r = tl.program_id(0)
+    NDC: tl.constexpr = D // DC
+    pid0 = tl.program_id(0)
+    r = pid0 // NDC
+    dc = pid0 - r * NDC
     hk = tl.program_id(1)
     b = tl.program_id(2)
+    qi = r // G
+    g = r - qi * G
+    head = hk * G + g
+    cols = dc * DC + tl.arange(0, DC)
+    sc = tl.arange(0, S_CHUNK)
+    base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
+
+    # the split partials do not depend on the metadata: request them first
+    smask = sc < num_splits
+    lse = tl.load(MidL + base + sc * ROWS, mask=smask, other=float("-inf"))
+    o = tl.load(MidO + (base + sc * ROWS)[:, None] * D + cols[None, :], mask=smask[:, None], other=0.0)
+
+    if HAS_QSTART:
+        seq_len = tl.load(SeqLens + b)
+        q0 = tl.load(QStart + b)
+        q_len = tl.minimum(tl.load(QStart + b + 1) - q0, QL)
+        q_rows = q_len  # rows this request owns in the output (written even when empty)
+        q_len = tl.maximum(tl.minimum(q_len, seq_len), 0)
+    else:
+        q0 = b
+        q_rows = 1
+        q_len = 1
+    tok = (q0 + qi).to(tl.int64)
+
+    m_i = tl.max(lse, 0)
+    if RAW_TAIL:
+        dd = tl.arange(0, D)
+        jj = tl.arange(0, QL_PAD)
+        jm = (jj <= qi) & (jj < q_len)
+        qv = tl.load(Q + tok * stride_qt + head * stride_qh + dd, mask=(dd * 0 + qi) < q_rows, other=0.0).to(tl.float32)
+        kt = tl.load(
+            KR + (q0 + jj).to(tl.int64)[:, None] * stride_kt + hk * stride_kh + dd[None, :],
+            mask=jm[:, None],
+            other=0.0,
+        ).to(tl.float32)
+        ts = tl.sum(qv[None, :] * kt, 1) * qk_scale
+        ts = tl.where(jm, ts, float("-inf"))
+        m_i = tl.maximum(m_i, tl.max(ts, 0))
+    m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+    w = tl.exp2(lse - m_use)
+    acc = tl.sum(w[:, None] * o, 0)
+    den = tl.sum(w, 0)
+    for s0 in range(S_CHUNK, num_splits, S_CHUNK):  # only when there are more splits
+        ss = s0 + sc
+        smask = ss < num_splits
+        lse = tl.load(MidL + base + ss * ROWS, mask=smask, other=float("-inf"))
+        o = tl.load(MidO + (base + ss * ROWS)[:, None] * D + cols[None, :], mask=smask[:, None], other=0.0)
+        m_new = tl.maximum(m_i, tl.max(lse, 0))
+        m_nu = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_use - m_nu)
+        w = tl.exp2(lse - m_nu)
+        acc = acc * alpha + tl.sum(w[:, None] * o, 0)
+        den = den * alpha + tl.sum(w, 0)
+        m_i = m_new
+        m_use = m_nu
+    if RAW_TAIL:
+        pt = tl.exp2(ts - m_use)
+        vt = tl.load(
+            VR + (q0 + jj).to(tl.int64)[:, None] * stride_vt + hk * stride_vh + cols[None, :],
+            mask=jm[:, None],
+            other=0.0,
+        ).to(tl.float32)
+        acc += tl.sum(pt[:, None] * vt, 0)
+        den += tl.sum(pt, 0)
+    out = tl.where(den > 0.0, acc / tl.where(den > 0.0, den, 1.0), 0.0)
+    tl.store(Out + tok * stride_ot + head * stride_oh + cols, out.to(Out.dtype.element_ty), mask=(cols * 0 + qi) < q_rows)
+
+
+@triton.jit
+def _tq_split_kernel_t(
+    QR,
+    KV,
+    BT,
+    SeqLens,
+    QStart,
+    Cent,
+    MidO,
+    MidL,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_kp,
+    stride_kh,
+    stride_bt,
+    num_splits,
+    qk_scale,
+    HK: tl.constexpr,
+    G: tl.constexpr,
+    QL: tl.constexpr,
+    ROWS: tl.constexpr,
+    M_PAD: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    MSE_BITS: tl.constexpr,
+    NORM_CORR: tl.constexpr,
+    VQB: tl.constexpr,
+    KPS: tl.constexpr,
+    VAL_BYTES: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ALIGN: tl.constexpr,
+    RAW_TAIL: tl.constexpr,
+    HAS_QSTART: tl.constexpr,
+    FP8_E4B15: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    PREFETCH: tl.constexpr = True,
+):
+    """Stage 1 for fp8 keys + 4-bit values with tokens on the MMA's M side.
+
+    Scores are computed transposed (``K @ Q^T``: tokens x rows) and values as
+    ``V^T @ P^T``, so the large operands (the key and value tiles) are split across
+    warps instead of replicated, the small one (queries / probabilities) is shared,
+    and Hopper can use warp-group MMAs. Same inputs and outputs as ``_tq_split_kernel``.
+    """
+    sid = tl.program_id(0)
+    hk = tl.program_id(1)
+    b = tl.program_id(2)
+
     seq_len = tl.load(SeqLens + b)
     if HAS_QSTART:
         q0 = tl.load(QStart + b)
@@ -242,52 +450,112 @@ def _tq_combine_kernel(
         q0 = b
         q_len = 1
     q_len = tl.maximum(tl.minimum(q_len, seq_len), 0)
-    qi = r // G
-    g = r - qi * G
-    head = hk * G + g
-    tok = (q0 + qi).to(tl.int64)
+    prefix = seq_len - q_len
+    if RAW_TAIL:
+        cache_end = prefix
+    else:
+        cache_end = seq_len
+    per_split = tl.cdiv(tl.cdiv(cache_end, num_splits), BLOCK_N) * BLOCK_N
+    start = sid * per_split
+    end = tl.minimum(start + per_split, cache_end)
+
+    if DOT_BF16:
+        dot_t = tl.bfloat16
+    else:
+        dot_t = tl.float16
+
+    rows = tl.arange(0, M_PAD)
+    qi = rows // G
+    g = rows - qi * G
+    row_ok = rows < q_len * G
+    row_last = prefix + qi
+
     dd = tl.arange(0, D)
-    if qi < q_len:
-        base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
-        sc = tl.arange(0, S_CHUNK)
-        m = tl.full([S_CHUNK], float("-inf"), dtype=tl.float32)
-        for s0 in range(0, num_splits, S_CHUNK):
-            ss = s0 + sc
-            lse = tl.load(MidL + base + ss * ROWS, mask=ss < num_splits, other=float("-inf"))
-            m = tl.maximum(m, lse)
-        m_all = tl.max(m, 0)
-        if RAW_TAIL:
-            jj = tl.arange(0, QL_PAD)
-            jm = jj <= qi
-            q = tl.load(Q + tok * stride_qt + head * stride_qh + dd).to(tl.float32)
-            kt = tl.load(
-                KR + (q0 + jj).to(tl.int64)[:, None] * stride_kt + hk * stride_kh + dd[None, :],
-                mask=jm[:, None],
-                other=0.0,
-            ).to(tl.float32)
-            ts = tl.sum(q[None, :] * kt, 1) * qk_scale
-            ts = tl.where(jm, ts, float("-inf"))
-            m_all = tl.maximum(m_all, tl.max(ts, 0))
-        m_use = tl.where(m_all == float("-inf"), 0.0, m_all)
-        acc = tl.zeros([D], dtype=tl.float32)
-        den = tl.zeros([S_CHUNK], dtype=tl.float32)
-        for s0 in range(0, num_splits, S_CHUNK):
-            ss = s0 + sc
-            smask = ss < num_splits
-            lse = tl.load(MidL + base + ss * ROWS, mask=smask, other=float("-inf"))
-            w = tl.exp2(lse - m_use)
-            o = tl.load(MidO + (base + ss * ROWS)[:, None] * D + dd[None, :], mask=smask[:, None], other=0.0)
-            acc += tl.sum(w[:, None] * o, 0)
-            den += w
-        total = tl.sum(den, 0)
-        if RAW_TAIL:
-            pt = tl.exp2(ts - m_use)
-            vt = tl.load(
-                VR + (q0 + jj).to(tl.int64)[:, None] * stride_vt + hk * stride_vh + dd[None, :],
-                mask=jm[:, None],
-                other=0.0,
-            ).to(tl.float32)
-            acc += tl.sum(pt[:, None] * vt, 0)
-            total += tl.sum(pt, 0)
-        out = tl.where(total > 0.0, acc / tl.where(total > 0.0, total, 1.0), 0.0)
-        tl.store(Out + tok * stride_ot + head * stride_oh + dd, out.to(Out.dtype.element_ty))
+    dh = tl.arange(0, D // 2)
+    q_ptrs = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh + dd[None, :]
+    qT = tl.trans(tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t))  # [D, M_PAD]
+
+    m_i = tl.full([M_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([M_PAD], dtype=tl.float32)
+    z_i = tl.zeros([M_PAD], dtype=tl.float32)
+    acc_lo = tl.zeros([D // 2, M_PAD], dtype=tl.float32)
+    acc_hi = tl.zeros([D // 2, M_PAD], dtype=tl.float32)
+
+    bt_row = BT + b.to(tl.int64) * stride_bt
+    kv_head = hk.to(tl.int64) * stride_kh
+    offs_n = tl.arange(0, BLOCK_N)
+
+    nonempty = (start + offs_n * 0) < end
+    pos0 = tl.maximum(tl.minimum(start + offs_n, end - 1), 0)
+    blk0 = tl.load(bt_row + pos0 // PAGE, mask=nonempty, other=0).to(tl.int64)
+    base0 = tl.multiple_of(blk0 * stride_kb + kv_head + (pos0 % PAGE).to(tl.int64) * stride_kp, ALIGN)
+    kb_n = tl.load(KV + base0[:, None] + dd[None, :], mask=nonempty[:, None], other=0)
+    vb_n = tl.load(KV + base0[None, :] + KPS + dh[:, None], mask=nonempty[None, :], other=0)
+    sz0 = (KV + base0 + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
+    vs_n = tl.load(sz0, mask=nonempty, other=0.0)
+    vz_n = tl.load(sz0 + 1, mask=nonempty, other=0.0)
+    pos1 = tl.maximum(tl.minimum(start + BLOCK_N + offs_n, end - 1), 0)
+    blk_n = tl.load(bt_row + pos1 // PAGE, mask=nonempty, other=0)
+    for n0 in range(start, end, BLOCK_N):
+        kb = kb_n
+        vb = vb_n
+        vs = vs_n.to(tl.float32)
+        vz = vz_n.to(tl.float32)
+        if PREFETCH:
+            pos_a = tl.minimum(n0 + BLOCK_N + offs_n, end - 1)
+            base_a = tl.multiple_of(
+                blk_n.to(tl.int64) * stride_kb + kv_head + (pos_a % PAGE).to(tl.int64) * stride_kp, ALIGN
+            )
+            kb_n = tl.load(KV + base_a[:, None] + dd[None, :])
+            vb_n = tl.load(KV + base_a[None, :] + KPS + dh[:, None])
+            sz_a = (KV + base_a + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
+            vs_n = tl.load(sz_a)
+            vz_n = tl.load(sz_a + 1)
+            pos_b = tl.minimum(n0 + 2 * BLOCK_N + offs_n, end - 1)
+            blk_n = tl.load(bt_row + pos_b // PAGE)
+
+        pos = n0 + offs_n
+        valid = (pos < end)[:, None]
+        if not RAW_TAIL:
+            valid = valid & (pos[:, None] <= row_last[None, :])
+        if FP8_E4B15:
+            k = kb.to(tl.float8e4b15, bitcast=True).to(tl.float16).to(dot_t)
+        else:
+            k = kb.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(dot_t)
+        sT = tl.dot(k, qT) * qk_scale  # [BLOCK_N, M_PAD]
+        sT = tl.where(valid, sT, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(sT, 0))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        pT = tl.exp2(sT - m_use[None, :])
+        l_i = l_i * alpha + tl.sum(pT, 0)
+        m_i = m_new
+        psT = (pT * vs[:, None]).to(tl.float16)
+        z_i = z_i * alpha + tl.sum(pT * vz[:, None], 0)
+        vb16 = vb.to(tl.uint16)
+        loT = (((vb16 & 15) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)  # [D/2, BLOCK_N]
+        hiT = (((vb16 >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
+        acc_lo = tl.dot(loT, psT, acc_lo * alpha[None, :])
+        acc_hi = tl.dot(hiT, psT, acc_hi * alpha[None, :])
+        if not PREFETCH:
+            pos_a = tl.minimum(n0 + BLOCK_N + offs_n, end - 1)
+            blk_a = tl.load(bt_row + pos_a // PAGE).to(tl.int64)
+            base_a = tl.multiple_of(blk_a * stride_kb + kv_head + (pos_a % PAGE).to(tl.int64) * stride_kp, ALIGN)
+            kb_n = tl.load(KV + base_a[:, None] + dd[None, :])
+            vb_n = tl.load(KV + base_a[None, :] + KPS + dh[:, None])
+            sz_a = (KV + base_a + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
+            vs_n = tl.load(sz_a)
+            vz_n = tl.load(sz_a + 1)
+
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    lse = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
+    zo = tl.where(has, z_i / l_safe, 0.0)
+    mid_row = ((b.to(tl.int64) * HK + hk) * num_splits + sid) * ROWS + rows
+    rmask = rows < ROWS
+    tl.store(MidL + mid_row, lse, mask=rmask)
+    o_lo = acc_lo / l_safe[None, :] + zo[None, :]
+    o_hi = acc_hi / l_safe[None, :] + zo[None, :]
+    optr = MidO + mid_row[None, :] * D + 2 * dh[:, None]
+    tl.store(optr, o_lo, mask=rmask[None, :])
+    tl.store(optr + 1, o_hi, mask=rmask[None, :])

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import torch
 
-from ._kernels import _tq_combine_kernel, _tq_split_kernel
+from ._kernels import _tq_combine_kernel, _tq_split_kernel, _tq_split_kernel_t
 from .layout import TQLayout, next_pow2, pick_num_splits, pow2_alignment
 
 LOG2E = 1.4426950408889634
@@ -45,17 +45,28 @@ class TileConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    kernel: str = "n"  # "n": rows on the MMA's M side; "t": tokens on M (fp8 keys + 4-bit values)
+    prefetch: bool = False  # hand-pipelined loads (fp8 keys + 4-bit values)
+    maxnreg: int | None = None  # register cap per thread (more programs per SM)
 
 
-def default_tiles(head_dim: int, m_pad: int, key_fp8: bool) -> TileConfig:
-    """Tile shapes per head size and row count (rows = query tokens x group size)."""
+def default_tiles(head_dim: int, m_pad: int, key_fp8: bool, programs: int = 1, max_context: int = 0) -> TileConfig:
+    """Tile shapes per row count (rows = query tokens x group size) and grid size.
+
+    Picked from H200 sweeps (docs/KERNELS.md): few (sequence, KV head) pairs -> 32-token
+    tiles, hand-pipelined; many pairs
+    -> 64-token tiles on Triton's pipeliner with a 168-register cap; very long contexts ->
+    64-token tiles on the pipeliner; verify -> 32-token tiles on the pipeliner.
+    """
     if not key_fp8:
         return TileConfig(32, 4, 2)
-    if m_pad <= 16:
-        return TileConfig(64 if head_dim >= 256 else 128, 4, 3)
-    if m_pad <= 32:
+    if m_pad > 16:
+        return TileConfig(32, 4, 3)
+    if programs >= 32:
+        return TileConfig(64, 4, 3, maxnreg=168)
+    if max_context >= 65536:
         return TileConfig(64, 4, 3)
-    return TileConfig(64 if head_dim >= 256 else 64, 8, 3)
+    return TileConfig(32, 4, 1, "n", True)
 
 
 def split_workspace(
@@ -86,7 +97,7 @@ def run_attention(
     out: torch.Tensor | None,
     workspace: tuple[torch.Tensor, torch.Tensor] | None,
     tiles: TileConfig | None,
-    dot_bf16: bool,
+    dot_bf16: bool | None,
 ) -> torch.Tensor:
     T, Hq, D = query.shape
     num_blocks, page, Hk, slot = kv_cache.shape
@@ -120,8 +131,10 @@ def run_attention(
     if num_splits is None:
         num_splits = pick_num_splits(batch, Hk, max_context, num_sms(dev_index))
     S = int(num_splits)
+    if dot_bf16 is None:
+        dot_bf16 = False  # fp16 products: exact for fp8 keys and bf16 queries of normal range
     if tiles is None:
-        tiles = default_tiles(D, M_PAD, layout.key_fp8)
+        tiles = default_tiles(D, M_PAD, layout.key_fp8, batch * Hk, max_context)
 
     if workspace is None:
         mid_o, mid_l = split_workspace(batch, Hk, S, ROWS, D, query.device)
@@ -138,7 +151,17 @@ def run_attention(
     qstart = query_start_loc if query_start_loc is not None else seq_lens
     has_qstart = query_start_loc is not None
 
-    _tq_split_kernel[(S, Hk, batch)](
+    kern = _tq_split_kernel
+    extra = {}
+    if tiles.kernel == "t" and layout.key_fp8 and layout.value_bits == 4 and D >= 32:
+        kern = _tq_split_kernel_t
+    if tiles.prefetch:
+        extra["PREFETCH"] = True
+    elif kern is _tq_split_kernel_t:
+        extra["PREFETCH"] = False
+    if tiles.maxnreg:
+        extra["maxnreg"] = tiles.maxnreg
+    kern[(S, Hk, batch)](
         qr,
         kv_cache,
         block_table,
@@ -174,12 +197,15 @@ def run_attention(
         HAS_QSTART=has_qstart,
         FP8_E4B15=_fp8_e4b15(dev_index) if layout.key_fp8 else 0,
         DOT_BF16=dot_bf16,
+        **extra,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )
     kr = key if raw_tail else query
     vr = value if raw_tail else query
-    _tq_combine_kernel[(ROWS, Hk, batch)](
+    s_chunk = min(128, max(2, next_pow2(S)))
+    dc = max(16, min(D, 4096 // s_chunk))
+    _tq_combine_kernel[(ROWS * (D // dc), Hk, batch)](
         mid_o,
         mid_l,
         query,
@@ -203,7 +229,8 @@ def run_attention(
         QL=QL,
         ROWS=ROWS,
         D=D,
-        S_CHUNK=min(16, next_pow2(S)),
+        DC=dc,
+        S_CHUNK=s_chunk,
         QL_PAD=max(2, next_pow2(QL)),
         RAW_TAIL=raw_tail,
         HAS_QSTART=has_qstart,

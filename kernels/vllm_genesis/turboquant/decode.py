@@ -28,7 +28,7 @@ def tq_decode_attention(
     out: torch.Tensor | None = None,
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
     tiles: TileConfig | None = None,
-    dot_bf16: bool = False,
+    dot_bf16: bool | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per sequence over its whole cached context.
 

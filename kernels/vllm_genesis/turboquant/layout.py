@@ -97,16 +97,20 @@ def pick_num_splits(
     max_context: int,
     num_sms: int = 132,
     *,
-    ctas_per_sm: int = 2,
-    min_tokens_per_split: int = 256,
-    max_splits: int = 128,
+    ctas_per_sm: int = 16,
+    min_tokens_per_split: int = 128,
+    max_splits: int | None = None,
 ) -> int:
     """Split count for the split-K pass: enough programs to fill the GPU, none tiny.
 
     One program serves one (sequence, KV head, split); the split count is chosen so the
     grid has about ``ctas_per_sm`` programs per SM, while each split keeps at least
-    ``min_tokens_per_split`` tokens of the longest context.
+    ``min_tokens_per_split`` tokens of the longest context and there are at most
+    ``max_splits`` (64, or 128 from 64K tokens on) -- the combine stage reads every split.
+    The constants come from H200 sweeps (docs/KERNELS.md).
     """
+    if max_splits is None:
+        max_splits = 128 if max_context >= 65536 else 64
     programs = max(1, batch * num_kv_heads)
     want = -(-ctas_per_sm * num_sms // programs)
     cap = max(1, -(-max(1, max_context) // min_tokens_per_split))

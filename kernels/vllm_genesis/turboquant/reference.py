@@ -119,6 +119,10 @@ def store(
 def dequant_slots(slots: torch.Tensor, layout: TQLayout, *, Pi=None, centroids=None):
     """Keys and values (float64) from slots ``[N, slot]``."""
     d = layout.head_dim
+    if centroids is not None:
+        centroids = centroids.to(slots.device)
+    if Pi is not None:
+        Pi = Pi.to(slots.device)
     slots = slots.contiguous()
     if layout.key_fp8:
         k = slots[:, :d].contiguous().view(torch.float8_e4m3fn).double()
@@ -166,7 +170,8 @@ def reference_attention(
     Hk = kv_cache.shape[2]
     G = Hq // Hk
     qsl = query_start_loc.tolist() if query_start_loc is not None else list(range(B + 1))
-    out = torch.zeros(T, Hq, D, dtype=torch.float64)
+    dev = query.device
+    out = torch.zeros(T, Hq, D, dtype=torch.float64, device=dev)
     for b in range(B):
         L = int(seq_lens[b])
         q0, q1 = qsl[b], qsl[b + 1]
@@ -174,22 +179,22 @@ def reference_attention(
         if ql <= 0:
             continue
         if raw_kv is not None:
-            K, V = (t.double().cpu() for t in raw_kv[b])
+            K, V = (t.double().to(dev) for t in raw_kv[b])
         else:
-            slots = gather_sequence(kv_cache, block_table[b], L).cpu()
+            slots = gather_sequence(kv_cache, block_table[b], L)
             k, v = dequant_slots(slots.reshape(L * Hk, -1), layout, Pi=Pi, centroids=centroids)
             K, V = k.reshape(L, Hk, D), v.reshape(L, Hk, D)
             if key is not None:
                 K = K.clone()
                 V = V.clone()
-                K[L - ql :] = key[q0 : q0 + ql].double().cpu()
-                V[L - ql :] = value[q0 : q0 + ql].double().cpu()
+                K[L - ql :] = key[q0 : q0 + ql].double()
+                V[L - ql :] = value[q0 : q0 + ql].double()
         Kq = K.repeat_interleave(G, dim=1)  # [L, Hq, D]
         Vq = V.repeat_interleave(G, dim=1)
-        q = query[q0 : q0 + ql].double().cpu()  # [ql, Hq, D]
+        q = query[q0 : q0 + ql].double()  # [ql, Hq, D]
         s = torch.einsum("qhd,lhd->hql", q, Kq) * scale
-        pos = torch.arange(L)
-        lim = (L - ql) + torch.arange(ql)
+        pos = torch.arange(L, device=dev)
+        lim = (L - ql) + torch.arange(ql, device=dev)
         s = s.masked_fill(pos[None, None, :] > lim[None, :, None], float("-inf"))
         p = torch.softmax(s, -1)
         out[q0 : q0 + ql] = torch.einsum("hql,lhd->qhd", p, Vq)
@@ -257,7 +262,8 @@ def random_case(
         tails_v.append(v[L - ql :])
     qsl = [0]
     for b in range(B):
-        qsl.append(qsl[-1] + min(qlens[b], seq_lens[b]))
+        # decode rows exist even for empty (padded) sequences
+        qsl.append(qsl[-1] + (min(qlens[b], seq_lens[b]) if query_lens is not None else 1))
     T = qsl[-1]
     query = (torch.randn(T, num_heads, head_dim, generator=gen) * 1.2).to(dtype)
     dev = torch.device(device)

@@ -36,7 +36,7 @@ def tq_verify_attention(
     out: torch.Tensor | None = None,
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
     tiles: TileConfig | None = None,
-    dot_bf16: bool = False,
+    dot_bf16: bool | None = None,
 ) -> torch.Tensor:
     """Causal attention of up to ``max_query_len`` (<= 8) new tokens per request.
 
@@ -89,7 +89,7 @@ def warmup_verify(
     dtype: torch.dtype = torch.bfloat16,
     device="cuda",
     raw_tail: bool = True,
-    dot_bf16: bool = False,
+    dot_bf16: bool | None = None,
 ) -> int:
     """Compile the verify (and decode) kernels for one layer shape before serving.
 

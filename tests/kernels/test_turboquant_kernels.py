@@ -1,0 +1,307 @@
+"""TurboQuant decode / verify kernels against a float64 PyTorch reference.
+
+On a CPU these run at small sizes under TRITON_INTERPRET=1 (set by conftest.py); the
+``gpu``-marked tests run the same checks at full sizes on a CUDA device. Inputs are random
+(never zeros), page tables shuffled, contexts odd, outputs NaN-poisoned before each run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_genesis.turboquant import (
+    PRESETS,
+    TQLayout,
+    pick_num_splits,
+    tq_decode_attention,
+    tq_verify_attention,
+    warmup_verify,
+)
+from vllm_genesis.turboquant._launch import TileConfig
+from vllm_genesis.turboquant.layout import pow2_alignment
+from vllm_genesis.turboquant.reference import (
+    dequant_slots,
+    quantize_slots,
+    random_case,
+    reference_attention,
+    rel_err,
+)
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+# what fp8 keys / 3-4 bit values cost against attention on the raw bf16 K/V (loose bounds)
+RAW_BOUND = {
+    "turboquant_k8v4": 0.15,
+    "turboquant_4bit_nc": 0.25,
+    "turboquant_k3v4_nc": 0.35,
+    "turboquant_3bit_nc": 0.5,
+}
+# against the float64 dequantised cache: fp16 products + bf16 output rounding
+DEQ_BOUND = 1e-2
+
+
+def _poisoned(like: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(like, float("nan"))
+
+
+def _run_decode(c, lay, **kw):
+    out = _poisoned(c["query"])
+    res = tq_decode_attention(
+        c["query"], c["kv_cache"], c["block_table"], c["seq_lens"],
+        layout=lay, centroids=c["centroids"], PiT=c["PiT"], out=out, **kw,
+    )
+    assert res is out
+    return out
+
+
+def _run_verify(c, lay, raw_tail=True, **kw):
+    out = _poisoned(c["query"])
+    tq_verify_attention(
+        c["query"], c["key"] if raw_tail else None, c["value"] if raw_tail else None,
+        c["kv_cache"], c["block_table"], c["seq_lens"], c["query_start_loc"], c["max_query_len"],
+        layout=lay, centroids=c["centroids"], PiT=c["PiT"], out=out, **kw,
+    )
+    return out
+
+
+def _ref(c, lay, *, verify=False, raw_tail=True, raw=False):
+    D = lay.head_dim
+    kw = dict(Pi=c["Pi"], centroids=c["centroids"])
+    if verify:
+        kw["query_start_loc"] = c["query_start_loc"]
+        if raw_tail:
+            kw.update(key=c["key"], value=c["value"])
+    if raw:
+        kw = dict(query_start_loc=kw.get("query_start_loc"), raw_kv=c["raw_kv"])
+    return reference_attention(c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], lay, D**-0.5, **kw)
+
+
+# ---------------------------------------------------------------- layout / heuristics
+
+
+def test_layout_matches_0_24_0_slot_sizes():
+    # TurboQuantConfig.slot_size_aligned of 0.24.0 for these presets / head sizes
+    assert TQLayout.from_preset("turboquant_k8v4", 256).slot_size_aligned == 388  # 1.5*D + 4
+    assert TQLayout.from_preset("turboquant_k8v4", 128).slot_size_aligned == 196
+    assert TQLayout.from_preset("turboquant_4bit_nc", 128).slot_size_aligned == 64 + 2 + 64 + 4
+    assert TQLayout.from_preset("turboquant_k3v4_nc", 256).slot_size_aligned == 96 + 2 + 128 + 4
+    assert TQLayout.from_preset("turboquant_3bit_nc", 128).slot_size_aligned == 48 + 2 + 48 + 4
+    assert set(PRESETS) == {"turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"}
+    with pytest.raises(ValueError):
+        TQLayout.from_preset("turboquant_k8v4", 96).check()
+
+
+def test_split_heuristic():
+    # one sequence, 4 KV heads, 32K: enough programs for every SM, >= 256 tokens each
+    s = pick_num_splits(1, 4, 32768, 132)
+    assert 4 * s >= 132 and 32768 / s >= 256
+    assert pick_num_splits(1, 4, 100, 132) == 1  # short context: no splitting
+    assert pick_num_splits(64, 8, 8192, 132) == 5  # the batch nearly fills the GPU already
+    assert pick_num_splits(1, 1, 1 << 22, 132) == 128  # capped (64 below 64K tokens)
+    assert pick_num_splits(1, 1, 32768, 132) == 64
+    assert pow2_alignment(388 * 4 * 16, 388 * 4, 388) == 4
+
+
+# ---------------------------------------------------------------- decode
+
+
+@pytest.mark.parametrize("hq,hk", [(12, 2), (16, 2)], ids=["gqa6", "gqa8"])
+def test_decode_k8v4_matches_float64(hq, hk):
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    g = torch.Generator().manual_seed(hq)
+    seqs = [1, 37, 203, 0, 129]  # 0: a padded CUDA-graph row -> zeros, never NaN
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=64, block_size=16,
+                    layout=lay, generator=g, device=DEV)
+    out = _run_decode(c, lay, num_splits=3)
+    assert not torch.isnan(out).any()
+    assert torch.all(out[3] == 0)
+    keep = [0, 1, 2, 4]
+    ref = _ref(c, lay)
+    raw = _ref(c, lay, raw=True)
+    assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
+    assert rel_err(out[keep], raw[keep]) < RAW_BOUND["turboquant_k8v4"]
+
+
+def test_decode_ignores_unwritten_slots_past_the_end():
+    """Slots after a sequence's last token (same page) may hold NaN bytes in a live cache."""
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    c = random_case(seq_lens=[37, 70], num_heads=12, num_kv_heads=2, head_dim=64, block_size=32,
+                    layout=lay, generator=torch.Generator().manual_seed(4), device=DEV)
+    for b, L in enumerate([37, 70]):
+        last = int(c["block_table"][b, (L - 1) // 32])
+        c["kv_cache"][last, L % 32 :] = 0xFF  # fp8 and fp16 NaN patterns
+    for tiles in (None, TileConfig(32, 4, 3), TileConfig(16, 4, 1, "n", True)):
+        out = _run_decode(c, lay, num_splits=2, tiles=tiles)
+        assert not torch.isnan(out).any()
+        assert rel_err(out, _ref(c, lay)) < DEQ_BOUND
+
+
+@pytest.mark.parametrize("preset", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
+def test_decode_other_presets(preset):
+    lay = TQLayout.from_preset(preset, 64)
+    g = torch.Generator().manual_seed(7)
+    c = random_case(seq_lens=[45, 150, 3], num_heads=12, num_kv_heads=2, head_dim=64, block_size=32,
+                    layout=lay, generator=g, device=DEV)
+    out = _run_decode(c, lay, num_splits=2)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay)) < DEQ_BOUND
+    assert rel_err(out, _ref(c, lay, raw=True)) < RAW_BOUND[preset]
+
+
+def test_decode_split_count_does_not_change_the_result():
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    c = random_case(seq_lens=[301, 77], num_heads=12, num_kv_heads=2, head_dim=64, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(3), device=DEV)
+    one = _run_decode(c, lay, num_splits=1).float()
+    many = _run_decode(c, lay, num_splits=7).float()
+    assert rel_err(many, one) < 5e-3
+    lots = _run_decode(c, lay, num_splits=150).float()  # mostly empty splits, merged in two steps
+    assert rel_err(lots, one) < 5e-3
+
+
+# ---------------------------------------------------------------- verify
+
+
+@pytest.mark.parametrize("hq,hk,qlens", [(12, 2, [6, 1, 8, 3]), (16, 2, [8, 6, 2, 5])], ids=["gqa6", "gqa8"])
+def test_verify_raw_tail_matches_float64(hq, hk, qlens):
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    g = torch.Generator().manual_seed(hq + 1)
+    # the tail's cache slots hold unrelated rows: the kernel must take the tail from key/value
+    c = random_case(seq_lens=[213, 9, 130, 66], query_lens=qlens, num_heads=hq, num_kv_heads=hk,
+                    head_dim=64, block_size=16, layout=lay, generator=g, device=DEV, store_tail=False)
+    out = _run_verify(c, lay, num_splits=2)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+    assert rel_err(out, _ref(c, lay, verify=True, raw=True)) < RAW_BOUND["turboquant_k8v4"]
+
+
+def test_verify_without_raw_tail_reads_the_cache_causally():
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    c = random_case(seq_lens=[150, 41], query_lens=[6, 4], num_heads=12, num_kv_heads=2, head_dim=64,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(5), device=DEV)
+    out = _run_verify(c, lay, raw_tail=False, num_splits=2)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True, raw_tail=False)) < DEQ_BOUND
+
+
+def test_verify_mse_preset():
+    lay = TQLayout.from_preset("turboquant_k3v4_nc", 64)
+    c = random_case(seq_lens=[99, 40], query_lens=[5, 6], num_heads=12, num_kv_heads=2, head_dim=64,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(9), device=DEV)
+    out = _run_verify(c, lay, num_splits=2)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+
+
+def test_verify_rejects_bad_query_len():
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    c = random_case(seq_lens=[20], query_lens=[2], num_heads=4, num_kv_heads=2, head_dim=64,
+                    block_size=16, layout=lay, device=DEV)
+    with pytest.raises(ValueError):
+        tq_verify_attention(c["query"], c["key"], c["value"], c["kv_cache"], c["block_table"], c["seq_lens"],
+                            c["query_start_loc"], 9, layout=lay)
+
+
+def test_warmup_compiles_every_query_len():
+    n = warmup_verify(num_heads=12, num_kv_heads=2, head_dim=64, block_size=16, query_lens=(1, 6),
+                      device=DEV)
+    assert n == 3
+
+
+# ---------------------------------------------------------------- cache layout vs 0.24.0's store
+
+
+def _vllm_tree() -> Path | None:
+    tree = os.environ.get("GQUEUE_VLLM_TREE")
+    if tree and (Path(tree) / "vllm" / "v1" / "attention" / "ops" / "triton_turboquant_store.py").is_file():
+        return Path(tree)
+    return None
+
+
+@pytest.mark.skipif(_vllm_tree() is None, reason="set GQUEUE_VLLM_TREE to a vLLM 0.24.0 tree")
+@pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_3bit_nc"])
+def test_packer_matches_0_24_0_store(preset, monkeypatch):
+    import sys
+
+    monkeypatch.syspath_prepend(str(_vllm_tree()))
+    if not CUDA:
+        # vllm.triton_utils only binds the real triton without a GPU in this mode
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    store_mod = pytest.importorskip("vllm.v1.attention.ops.triton_turboquant_store")
+    if not hasattr(store_mod.triton, "next_power_of_2"):
+        pytest.skip("vllm.triton_utils bound its placeholder triton")
+    D, H, N = 64, 2, 5
+    lay = TQLayout.from_preset(preset, D)
+    g = torch.Generator().manual_seed(11)
+    key = torch.randn(N, H, D, generator=g).to(torch.float16)
+    val = torch.randn(N, H, D, generator=g).to(torch.float16)
+    cache = torch.zeros(2, 4, H, lay.slot_size_aligned, dtype=torch.uint8, device=DEV)
+    slots = torch.tensor([5, 0, 7, 2, 3], dtype=torch.int32)
+    from vllm_genesis.turboquant.reference import gaussian_centroids, hadamard
+
+    PiT = hadamard(D)
+    cent = gaussian_centroids(D, lay.mse_bits or 4)
+    mids = (cent[:-1] + cent[1:]) / 2
+    store_mod.triton_turboquant_store(
+        key.to(DEV), val.to(DEV), cache, slots.to(DEV), PiT.to(DEV), mids.to(DEV),
+        mse_bits=lay.mse_bits, key_packed_size=lay.key_packed_size,
+        value_quant_bits=lay.value_bits, key_fp8=lay.key_fp8,
+    )
+    ours = quantize_slots(key.reshape(N * H, D), val.reshape(N * H, D), lay, PiT=PiT, centroids=cent)
+    got = cache.cpu().reshape(8, H, -1)[slots.long()].reshape(N * H, -1)
+    n = lay.slot_size
+    # same layout: the scale / zero bytes are identical, and both decode to the same
+    # keys and values up to one rounding step of the quantisers (fp8 rounding of the
+    # interpreter, value codes at .5 boundaries)
+    assert torch.equal(got[:, n - 4 : n], ours[:, n - 4 : n])
+    assert (got[:, :n] != ours[:, :n]).float().mean() < 0.05
+    kg, vg = dequant_slots(got, lay, Pi=PiT.t(), centroids=cent)
+    ko, vo = dequant_slots(ours, lay, Pi=PiT.t(), centroids=cent)
+    assert rel_err(kg, ko) < 0.1  # the interpreter rounds some fp8 casts toward zero
+    assert rel_err(vg, vo) < 0.05
+    del sys
+
+
+# ---------------------------------------------------------------- full sizes on a GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "seqs,qlens,hq,hk,d",
+    [
+        ([32775], None, 24, 4, 256),
+        ([113 + 97 * i for i in range(64)], None, 32, 8, 128),
+        ([32771], [6], 24, 4, 256),
+        ([201 + 37 * i for i in range(64)], [1 + i % 8 for i in range(64)], 32, 8, 128),
+    ],
+    ids=["decode-32K-gqa6", "decode-B64-gqa8", "verify-32K-K6", "verify-B64-K1to8"],
+)
+def test_full_size_on_gpu(seqs, qlens, hq, hk, d):
+    lay = TQLayout.from_preset("turboquant_k8v4", d)
+    c = random_case(seq_lens=seqs, query_lens=qlens, num_heads=hq, num_kv_heads=hk, head_dim=d,
+                    block_size=16, layout=lay, device="cuda", store_tail=qlens is None)
+    out = _run_decode(c, lay) if qlens is None else _run_verify(c, lay)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=qlens is not None)) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_bf16_products_on_gpu():
+    # (Triton's CPU interpreter gets bf16 dots wrong, so this option is checked here only)
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=[9001, 77], query_lens=[6, 6], num_heads=24, num_kv_heads=4, head_dim=256,
+                    block_size=16, layout=lay, device="cuda")
+    ref = _ref(c, lay, verify=True)
+    out = _run_verify(c, lay, dot_bf16=True)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, ref) < DEQ_BOUND
+    c1 = random_case(seq_lens=[9001, 77], num_heads=24, num_kv_heads=4, head_dim=256, block_size=16,
+                     layout=lay, device="cuda")
+    out = _run_decode(c1, lay, dot_bf16=True)
+    assert rel_err(out, _ref(c1, lay)) < DEQ_BOUND

@@ -1,0 +1,128 @@
+"""Shared harness for the TurboQuant routing patches (P40, P67, PN521).
+
+Runs TurboQuantAttentionImpl.forward of the patched tree on CPU in a fresh interpreter
+(TRITON_INTERPRET=1, no visible CUDA device: vLLM decides at import time whether Triton is
+usable). The 0.24.0 decode launcher and the vllm_genesis launchers the patches import are
+wrapped to record each launch, then call the real kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
+
+SCRIPT = r"""
+import json, sys
+import torch
+import vllm.v1.attention.backends.turboquant_attn as tqa
+from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+from vllm.v1.attention.backends.turboquant_attn import (
+    TurboQuantAttentionBackend, TurboQuantAttentionImpl, TurboQuantMetadata)
+from vllm.v1.worker import workspace
+
+torch.accelerator.empty_cache = lambda: None
+workspace.init_workspace_manager(torch.device("cpu"))
+
+calls = {"upstream": [], "genesis_decode": [], "genesis_verify": []}
+_up = tqa.triton_turboquant_decode_attention
+def rec_up(*a, **kw):
+    calls["upstream"].append(int((kw.get("query") if "query" in kw else a[0]).shape[0]))
+    return _up(*a, **kw)
+tqa.triton_turboquant_decode_attention = rec_up
+if hasattr(tqa, "genesis_tq_decode"):
+    _gd = tqa.genesis_tq_decode
+    def rec_gd(*a, **kw):
+        calls["genesis_decode"].append(int(a[0].shape[0]))
+        return _gd(*a, **kw)
+    tqa.genesis_tq_decode = rec_gd
+if hasattr(tqa, "genesis_tq_verify"):
+    _gv = tqa.genesis_tq_verify
+    def rec_gv(*a, **kw):
+        calls["genesis_verify"].append({"tokens": int(a[0].shape[0]), "raw_tail": a[1] is not None})
+        return _gv(*a, **kw)
+    tqa.genesis_tq_verify = rec_gv
+
+MODE = sys.argv[1]  # decode | verify
+Hq, Hk, D, bs = 6, 2, 32, 16  # GQA 6
+config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+config.attention_config.tq_max_kv_splits_for_cuda_graph = 2
+with set_current_vllm_config(config):
+    impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
+                                   num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
+
+g = torch.Generator().manual_seed(0)
+seqs = [21, 40, 9]
+qlens = [1, 1, 1] if MODE == "decode" else [3, 6, 1]
+nb = 4
+kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
+    len(seqs) * nb + 1, bs, Hk, D, "turboquant_k8v4"), dtype=torch.uint8)
+perm = torch.randperm(len(seqs) * nb, generator=g)
+bt = perm.view(len(seqs), nb).to(torch.int32)
+layer = torch.nn.Module()
+ks, vs, qs, tails_k, tails_v = [], [], [], [], []
+for b, (L, ql) in enumerate(zip(seqs, qlens)):
+    k = torch.randn(L, Hk, D, generator=g).to(torch.bfloat16)
+    v = (torch.randn(L, Hk, D, generator=g) + 0.5).to(torch.bfloat16)
+    pos = torch.arange(L)
+    slots = bt[b].long()[pos // bs] * bs + pos % bs
+    stored_v = v.clone()
+    stored_v[L - ql:] += 4.0  # the tail's cache slots hold other values than this step's V
+    impl.do_kv_cache_update(layer, k.view(L, -1), stored_v.view(L, -1), kv, slots)
+    ks.append(k); vs.append(v)
+    qs.append(torch.randn(ql, Hq, D, generator=g).to(torch.bfloat16))
+    tails_k.append(k[L - ql:]); tails_v.append(v[L - ql:])
+q = torch.cat(qs)
+N = q.shape[0]
+qsl = torch.tensor([0] + torch.tensor(qlens).cumsum(0).tolist(), dtype=torch.int32)
+seq_lens = torch.tensor(seqs, dtype=torch.int32)
+meta = TurboQuantMetadata(
+    seq_lens=seq_lens, slot_mapping=torch.zeros(N, dtype=torch.long),
+    block_table=bt, query_start_loc=qsl, num_actual_tokens=N,
+    max_query_len=max(qlens), max_seq_len=max(seqs), is_prefill=MODE != "decode",
+    num_decodes=len(seqs) if MODE == "decode" else 0,
+    num_decode_tokens=N if MODE == "decode" else 0,
+    query_start_loc_cpu=qsl.clone(), seq_lens_cpu=seq_lens.clone())
+out = impl.forward(layer, q.view(N, -1), torch.cat(tails_k).view(N, -1),
+                   torch.cat(tails_v).view(N, -1), kv, meta).view(N, Hq, D).float()
+
+def ref(tail_from_cache):
+    res = []
+    for b, (L, ql) in enumerate(zip(seqs, qlens)):
+        k = ks[b].float().repeat_interleave(Hq // Hk, 1)
+        v = vs[b].float().clone()
+        if tail_from_cache:
+            v[L - ql:] += 4.0
+        v = v.repeat_interleave(Hq // Hk, 1)
+        mask = torch.arange(L)[None, :] <= torch.arange(ql)[:, None] + (L - ql)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            qs[b].float().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+            attn_mask=mask, scale=D ** -0.5).transpose(0, 1)
+        res.append(o)
+    return torch.cat(res)
+
+def err(r):
+    return float((out - r).norm() / r.norm())
+
+print(json.dumps({"calls": calls, "nan": bool(torch.isnan(out).any()),
+                  "err_raw_tail": err(ref(False)), "err_cache_tail": err(ref(True))}))
+"""
+
+
+def run(mode: str) -> dict:
+    env = dict(os.environ)
+    env.update(
+        TRITON_INTERPRET="1",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(TREE)]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,27 @@
+"""P40: TurboQuant decode through the grouped split-K kernel of vllm_genesis.
+
+A pure decode batch (GQA 6, three sequences on a shuffled page table) through
+TurboQuantAttentionImpl.forward on CPU under the Triton interpreter; see _tq_routing.py.
+"""
+
+from __future__ import annotations
+
+from _tq_routing import run
+
+
+def test_fixed_decode_uses_grouped_kernel(switch):
+    switch("P40", True)
+    res = run("decode")
+    assert res["calls"]["genesis_decode"] == [3]
+    assert res["calls"]["upstream"] == []
+    assert not res["nan"]
+    # decode reads the whole context, the new token included, from the cache
+    assert res["err_cache_tail"] < 0.1
+
+
+def test_off_decode_uses_upstream_kernel(switch):
+    switch("P40", False)
+    res = run("decode")
+    assert res["calls"]["upstream"] == [3]
+    assert res["calls"]["genesis_decode"] == []
+    assert res["err_cache_tail"] < 0.1

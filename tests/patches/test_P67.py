@@ -1,0 +1,30 @@
+"""P67: a TurboQuant spec-verify batch in one multi-query launch.
+
+Three continuing requests with 3, 6 and 1 new tokens (GQA 6) through
+TurboQuantAttentionImpl.forward on CPU under the Triton interpreter; see _tq_routing.py.
+The tail's cache slots hold values shifted by +4 against this step's V, so the
+reference with the cached tail and the one with the raw tail differ clearly.
+"""
+
+from __future__ import annotations
+
+from _tq_routing import run
+
+
+def test_fixed_verify_batch_in_one_launch(switch):
+    switch("P67", True)
+    res = run("verify")
+    assert res["calls"]["genesis_verify"] == [{"tokens": 10, "raw_tail": False}]
+    assert res["calls"]["upstream"] == []
+    assert not res["nan"]
+    # without PN521 the tail comes from the cache, as on 0.24.0
+    assert res["err_cache_tail"] < 0.1
+    assert res["err_raw_tail"] > 0.3
+
+
+def test_off_per_request_decode_launches(switch):
+    switch("P67", False)
+    res = run("verify")
+    assert res["calls"]["upstream"] == [3, 6, 1]
+    assert res["calls"]["genesis_verify"] == []
+    assert res["err_cache_tail"] < 0.1

@@ -1,0 +1,30 @@
+"""PN521: the multi-query verify reads the K+1 tail from this step's raw K/V.
+
+Same batch as test_P67.py (see _tq_routing.py): the tail's cache slots hold values
+shifted by +4 against the V passed to forward, so only a kernel that takes the tail
+from the raw tensors matches the raw-tail reference.
+"""
+
+from __future__ import annotations
+
+from _tq_routing import run
+
+
+def test_fixed_tail_from_raw_kv(switch):
+    switch("P67", True)
+    switch("PN521", True)
+    res = run("verify")
+    assert res["calls"]["genesis_verify"] == [{"tokens": 10, "raw_tail": True}]
+    assert not res["nan"]
+    assert res["err_raw_tail"] < 0.1
+    assert res["err_cache_tail"] > 0.3
+
+
+def test_off_tail_from_cache(switch):
+    switch("P67", True)
+    switch("PN521", False)
+    res = run("verify")
+    # as on 0.24.0: the tail is attended through its cached (quantised) values
+    assert res["calls"]["genesis_verify"] in ([], [{"tokens": 10, "raw_tail": False}])
+    assert res["err_cache_tail"] < 0.1
+    assert res["err_raw_tail"] > 0.3

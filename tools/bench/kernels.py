@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Benchmark the TurboQuant decode/verify kernels against vLLM 0.24.0's and bf16 SDPA.
+
+One GPU, one run: it measures the device-to-device copy rate first (bytes read + written
+per second), checks every kernel against a float64 reference at full size (outputs
+poisoned with NaN before each run), then times, for each row of the issue's table, the
+0.24.0 kernel (imported from a vendored copy of the 0.24.0 sources), ours and bf16 SDPA,
+and prints milliseconds and achieved bandwidth (cache bytes read / time) against the
+copy rate.
+
+    python tools/bench/kernels.py --upstream-dir bench-out/upstream [--json out.json] [--tune]
+
+``--upstream-dir`` holds ``vllm/v1/attention/ops/triton_turboquant_decode.py`` and
+``triton_decode_attention.py`` copied from vLLM 0.24.0 plus a two-module ``vllm`` shim
+(``vllm.platforms.current_platform``, ``vllm.triton_utils``). ``--tiny`` runs small
+shapes (under TRITON_INTERPRET=1 on a CPU it only exercises the code paths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "kernels"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+ROWS = [
+    # kind, B, context, Hq, Hk, D, query tokens per request
+    ("decode", 1, 8192, 24, 4, 256, 1),
+    ("decode", 1, 32768, 24, 4, 256, 1),
+    ("decode", 1, 131072, 24, 4, 256, 1),
+    ("verify", 1, 32768, 24, 4, 256, 6),
+    ("decode", 8, 32768, 32, 8, 128, 1),
+    ("decode", 32, 8192, 32, 8, 128, 1),
+]
+TINY_ROWS = [
+    ("decode", 1, 300, 12, 2, 64, 1),
+    ("verify", 2, 301, 12, 2, 64, 6),
+    ("decode", 3, 257, 16, 2, 64, 1),
+]
+BLOCK_SIZE = 16
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--upstream-dir", default=str(REPO / "bench-out" / "upstream"))
+    ap.add_argument("--json", default=None, help="write all numbers here")
+    ap.add_argument("--tune", action="store_true", help="also time tile/split variants of ours")
+    ap.add_argument("--tiny", action="store_true", help="small shapes (CPU interpreter smoke run)")
+    ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--rep-ms", type=int, default=200)
+    ap.add_argument("--rows", default=None, help="comma-separated row indexes to run (default: all)")
+    return ap.parse_args()
+
+
+ARGS = None
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def bench(fn) -> float:
+    """Median milliseconds; L2 flushed before every run (triton's do_bench)."""
+    if DEV != "cuda":
+        fn()
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=ARGS.rep_ms, return_mode="median"))
+
+
+_FLUSH = []
+
+
+def bench_graph(fn, reps: int = 60) -> float:
+    """Median milliseconds of one CUDA-graph replay of ``fn``, L2 flushed before each."""
+    if DEV != "cuda":
+        return bench(fn)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(256 << 20, dtype=torch.int8, device=DEV))
+    flush = _FLUSH[0]
+    for _ in range(5):
+        graph.replay()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
+        graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    del graph
+    return float(times[len(times) // 2])
+
+
+def copy_rate() -> float:
+    """Bytes read + written per second by a large device-to-device copy."""
+    n = (2 << 30) if DEV == "cuda" else (16 << 20)
+    x = torch.randint(0, 255, (n,), dtype=torch.uint8, device=DEV)
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    del x, y
+    return 2 * n / (ms * 1e-3)
+
+
+def build_cache(B, L, Hk, D, *, layout, tail=0, seed=0):
+    """Random valid k8v4-style slots on the device (fp8 keys, 4-bit codes, fp16 scale/zero)."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    nb = math.ceil(L / BLOCK_SIZE)
+    total = B * nb + 1
+    slot = layout.slot_size_aligned
+    cache = torch.empty(total, BLOCK_SIZE, Hk, slot, dtype=torch.uint8, device=DEV)
+    keys = (torch.randn(total, BLOCK_SIZE, Hk, D, generator=g, device=DEV) * 1.5)
+    cache[..., :D] = keys.to(torch.float8_e4m3fn).view(torch.uint8)
+    del keys
+    kps, vd = layout.key_packed_size, layout.value_data_bytes
+    cache[..., kps : kps + vd] = torch.randint(0, 256, (total, BLOCK_SIZE, Hk, vd), generator=g, device=DEV, dtype=torch.uint8)
+    sc = (torch.rand(total, BLOCK_SIZE, Hk, 1, generator=g, device=DEV) * 0.1 + 0.02).half()
+    zr = (torch.randn(total, BLOCK_SIZE, Hk, 1, generator=g, device=DEV) * 0.5 - 0.7).half()
+    cache[..., kps + vd : kps + vd + 2] = sc.view(torch.uint8)
+    cache[..., kps + vd + 2 : kps + vd + 4] = zr.view(torch.uint8)
+    perm = torch.randperm(total - 1, generator=g, device=DEV)[: B * nb].to(torch.int32)
+    bt = perm.reshape(B, nb).contiguous()
+    return cache, bt
+
+
+def checks(layout_mod):
+    """Full-size correctness of ours (and 0.24.0's decode) against float64."""
+    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant.reference import random_case, reference_attention, rel_err
+
+    results = []
+    tiny = ARGS.tiny
+    cases = [
+        # name, preset, seq_lens, qlens, Hq, Hk, D
+        ("decode k8v4 B=1 32K+7 G6", "turboquant_k8v4", [32775], None, 24, 4, 256),
+        ("decode k8v4 B=64 odd G8", "turboquant_k8v4", [113 + 97 * i for i in range(64)], None, 32, 8, 128),
+        ("verify k8v4 B=1 32K K+1=6 G6", "turboquant_k8v4", [32771], [6], 24, 4, 256),
+        ("verify k8v4 B=64 K+1<=8 G8", "turboquant_k8v4", [201 + 37 * i for i in range(64)], [1 + i % 8 for i in range(64)], 32, 8, 128),
+        ("verify k8v4 B=5 K+1=8 G6", "turboquant_k8v4", [4099, 17, 8, 1025, 3001], [8] * 5, 24, 4, 256),
+        ("decode 4bit_nc B=4 G6", "turboquant_4bit_nc", [4097, 999, 2048, 33], None, 24, 4, 256),
+        ("decode k3v4_nc B=4 G8", "turboquant_k3v4_nc", [3001, 77, 1500, 2049], None, 32, 8, 128),
+        ("decode 3bit_nc B=4 G8", "turboquant_3bit_nc", [3001, 77, 1500, 2049], None, 32, 8, 128),
+        ("verify 4bit_nc B=3 K+1=6 G6", "turboquant_4bit_nc", [4097, 999, 33], [6, 6, 6], 24, 4, 256),
+        ("verify 3bit_nc B=3 K+1=4 G8", "turboquant_3bit_nc", [4097, 999, 33], [4, 4, 4], 32, 8, 128),
+    ]
+    if tiny:
+        cases = [(n, p, [min(x, 300) for x in s][:3], (q[:3] if q else None), hq // 2, hk // 2, 64) for n, p, s, q, hq, hk, d in cases[:4]]
+    for case in cases:
+        try:
+            results.append(_check_case(case))
+        except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
+            import traceback
+
+            traceback.print_exc()
+            results.append(dict(case=case[0], ok=False, error=f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+def _check_case(case):
+    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant.reference import random_case, reference_attention, rel_err
+
+    name, preset, seqs, qlens, Hq, Hk, D = case
+    if True:
+        lay = TQLayout.from_preset(preset, D)
+        c = random_case(seq_lens=seqs, query_lens=qlens, num_heads=Hq, num_kv_heads=Hk, head_dim=D,
+                        block_size=BLOCK_SIZE, layout=lay, device=DEV)
+        scale = D**-0.5
+        kw = dict(layout=lay, centroids=c["centroids"], PiT=c["PiT"])
+        out = torch.full_like(c["query"], float("nan"))
+        if qlens is None:
+            tq_decode_attention(c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], out=out, **kw)
+            ref = reference_attention(c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], lay, scale,
+                                      Pi=c["Pi"], centroids=c["centroids"])
+        else:
+            tq_verify_attention(c["query"], c["key"], c["value"], c["kv_cache"], c["block_table"], c["seq_lens"],
+                                c["query_start_loc"], c["max_query_len"], out=out, **kw)
+            ref = reference_attention(c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], lay, scale,
+                                      query_start_loc=c["query_start_loc"], key=c["key"], value=c["value"],
+                                      Pi=c["Pi"], centroids=c["centroids"])
+        raw = reference_attention(c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], lay, scale,
+                                  query_start_loc=c["query_start_loc"] if qlens else None, raw_kv=c["raw_kv"])
+        e, er = rel_err(out, ref), rel_err(out, raw)
+        nan = bool(torch.isnan(out).any())
+        line = dict(case=name, rel_err_vs_dequant=e, rel_err_vs_raw=er, nan=nan, ok=(e < 1e-2 and not nan))
+        if qlens is None and lay.key_fp8:
+            up = upstream_module()
+            if up is not None:
+                Pi = torch.eye(D, device=DEV)
+                uo = up.triton_turboquant_decode_attention(
+                    c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], Pi,
+                    torch.linspace(-1, 1, 16, device=DEV), scale, mse_bits=0, key_packed_size=D,
+                    value_quant_bits=4, key_fp8=True)
+                line["upstream_rel_err_vs_dequant"] = rel_err(uo, ref)
+        print(f"check {name:34s} rel_err(dequant)={e:.2e} rel_err(raw)={er:.2e} nan={nan} "
+              + (f"upstream={line.get('upstream_rel_err_vs_dequant', float('nan')):.2e} " if 'upstream_rel_err_vs_dequant' in line else "")
+              + ("OK" if line["ok"] else "FAIL"), flush=True)
+        return line
+
+
+_UP = []
+
+
+def upstream_module():
+    if not _UP:
+        mod = None
+        d = Path(ARGS.upstream_dir)
+        if (d / "vllm" / "v1" / "attention" / "ops" / "triton_turboquant_decode.py").is_file():
+            sys.path.insert(0, str(d))
+            import importlib
+
+            mod = importlib.import_module("vllm.v1.attention.ops.triton_turboquant_decode")
+        else:
+            print(f"no upstream copy under {d}; upstream columns skipped")
+        _UP.append(mod)
+    return _UP[0]
+
+
+def time_row(row, copy_bps):
+    from vllm_genesis.turboquant import TQLayout, pick_num_splits, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant._launch import TileConfig, num_sms, split_workspace
+
+    kind, B, L, Hq, Hk, D, QL = row
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    scale = D**-0.5
+    cache, bt = build_cache(B, L, Hk, D, layout=lay)
+    seq_lens = torch.full((B,), L, dtype=torch.int32, device=DEV)
+    g = torch.Generator(device=DEV).manual_seed(1)
+    T = B * QL
+    q = torch.randn(T, Hq, D, generator=g, device=DEV).to(torch.bfloat16)
+    res = dict(kind=kind, B=B, context=L, Hq=Hq, Hk=Hk, D=D, query_len=QL)
+    cache_bytes = (L - (QL if kind == "verify" else 0)) * B * Hk * lay.slot_size
+    sdpa_bytes = L * B * Hk * D * 2 * 2
+    res["cache_bytes"] = cache_bytes
+    up = upstream_module()
+
+    if kind == "decode":
+        out = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=DEV)
+        S = pick_num_splits(B, Hk, L, num_sms(0))
+        ws = split_workspace(B, Hk, S, Hq // Hk, D, DEV)
+
+        def ours(tiles=None, splits=S, dot_bf16=None):
+            wsp = ws if splits == S else split_workspace(B, Hk, splits, Hq // Hk, D, DEV)
+            return lambda: tq_decode_attention(q, cache, bt, seq_lens, scale=scale, layout=lay, num_splits=splits,
+                                               out=out, workspace=wsp, tiles=tiles, dot_bf16=dot_bf16)
+
+        if up is not None:
+            Pi = torch.eye(D, device=DEV)
+            cent = torch.linspace(-1, 1, 16, device=DEV)
+            mid = torch.empty(B, Hq, 32, D + 1, dtype=torch.float32, device=DEV)
+            uout = torch.empty(B, Hq, D, dtype=torch.bfloat16, device=DEV)
+            ulse = torch.empty(B, Hq, dtype=torch.float32, device=DEV)
+
+            def upstream():
+                return up.triton_turboquant_decode_attention(
+                    q, cache, bt, seq_lens, Pi, cent, scale, mse_bits=0, key_packed_size=D,
+                    value_quant_bits=4, key_fp8=True, mid_o_buf=mid, output_buf=uout, lse_buf=ulse,
+                    max_num_kv_splits=32)
+        kb = torch.randn(B, Hk, L, D, device=DEV, dtype=torch.bfloat16)
+        vb = torch.randn(B, Hk, L, D, device=DEV, dtype=torch.bfloat16)
+        q4 = q.view(B, Hq, 1, D)
+
+        def sdpa():
+            return F.scaled_dot_product_attention(q4, kb, vb, scale=scale, enable_gqa=True)
+    else:
+        qsl = torch.arange(0, T + 1, QL, dtype=torch.int32, device=DEV)
+        kt = torch.randn(T, Hk, D, generator=g, device=DEV).to(torch.bfloat16)
+        vt = torch.randn(T, Hk, D, generator=g, device=DEV).to(torch.bfloat16)
+        out = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=DEV)
+        S = pick_num_splits(B, Hk, L, num_sms(0))
+        rows = QL * (Hq // Hk)
+        ws = split_workspace(B, Hk, S, rows, D, DEV)
+
+        def ours(tiles=None, splits=S, dot_bf16=None):
+            wsp = ws if splits == S else split_workspace(B, Hk, splits, rows, D, DEV)
+            return lambda: tq_verify_attention(q, kt, vt, cache, bt, seq_lens, qsl, QL, scale=scale, layout=lay,
+                                               num_splits=splits, out=out, workspace=wsp, tiles=tiles,
+                                               dot_bf16=dot_bf16)
+
+        if up is not None:
+            Pi = torch.eye(D, device=DEV)
+            cent = torch.linspace(-1, 1, 16, device=DEV)
+            ar = torch.arange(0, L + 1, device=DEV, dtype=torch.int32)
+
+            def upstream():
+                # 0.24.0 TurboQuantAttentionImpl._prefill_attention, continuation branch:
+                # a Python loop over requests, each a decode call with q_len pseudo-rows.
+                output = torch.zeros(T, Hq, D, device=DEV, dtype=q.dtype)
+                for i in range(B):
+                    cached = L - QL
+                    o = up.triton_turboquant_decode_attention(
+                        query=q[i * QL : (i + 1) * QL], kv_cache=cache,
+                        block_table=bt[i : i + 1].expand(QL, -1), seq_lens=ar[cached + 1 : L + 1],
+                        Pi=Pi, centroids=cent, scale=scale, mse_bits=0, key_packed_size=D,
+                        value_quant_bits=4, key_fp8=True)
+                    output[i * QL : (i + 1) * QL] = o.to(q.dtype)
+                return output
+        kb = torch.randn(B, Hk, L, D, device=DEV, dtype=torch.bfloat16)
+        vb = torch.randn(B, Hk, L, D, device=DEV, dtype=torch.bfloat16)
+        qv = q.view(B, QL, Hq, D).transpose(1, 2)
+        mask = torch.ones(QL, L, dtype=torch.bool, device=DEV).tril(L - QL)
+
+        def sdpa():
+            return F.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, scale=scale, enable_gqa=True)
+
+    res["splits"] = S
+
+    def safe(fn, graph=True):
+        try:
+            return bench_graph(fn) if graph else bench(fn)
+        except Exception as exc:  # noqa: BLE001
+            print(f"  timing failed: {type(exc).__name__}: {exc}", flush=True)
+            return float("nan")
+
+    res["ours_ms"] = safe(ours())
+    res["upstream_ms"] = safe(upstream) if up is not None else float("nan")
+    res["sdpa_ms"] = safe(sdpa)
+    res["eager_ours_ms"] = safe(ours(), graph=False)
+    res["eager_upstream_ms"] = safe(upstream, graph=False) if up is not None else float("nan")
+    res["eager_sdpa_ms"] = safe(sdpa, graph=False)
+    if DEV == "cuda":
+        fn = ours()
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            fn()
+        res["ours_host_us_per_call"] = (time.perf_counter() - t0) / 20 * 1e6
+        torch.cuda.synchronize()
+    res["sdpa_bytes"] = sdpa_bytes
+    if ARGS.tune:
+        variants = {}
+        m_pad = max(16, 1 << (QL * (Hq // Hk) - 1).bit_length())
+        if m_pad <= 16:
+            tiles = [TileConfig(64, 4, 3), TileConfig(32, 4, 3), TileConfig(64, 4, 3, maxnreg=168),
+                     TileConfig(64, 4, 1, "n", True), TileConfig(32, 4, 1, "n", True), TileConfig(64, 4, 2, "t")]
+        else:
+            tiles = [TileConfig(64, 8, 3), TileConfig(32, 4, 3), TileConfig(32, 8, 1, "n", True),
+                     TileConfig(64, 8, 2, "t")]
+        for t in tiles:
+            key = (f"{t.kernel}{t.block_n}x{t.num_warps}w{t.num_stages}s" + ("pf" if t.prefetch else "")
+                   + (f"r{t.maxnreg}" if t.maxnreg else ""))
+            variants[key] = safe(ours(t))
+        for f in (0.5, 2.0):
+            s2 = max(1, int(S * f))
+            variants[f"splits{s2}"] = safe(ours(splits=s2))
+        variants["dot_bf16"] = safe(ours(dot_bf16=True))
+        res["variants"] = variants
+        print(f"  variants {kind} B={B} L={L}: " + ", ".join(
+            f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in variants.items()), flush=True)
+    for name, nbytes in (("ours", cache_bytes), ("upstream", cache_bytes), ("sdpa", sdpa_bytes)):
+        ms = res[f"{name}_ms"]
+        res[f"{name}_GBps"] = nbytes / (ms * 1e-3) / 1e9 if ms == ms else float("nan")
+        res[f"{name}_pct_copy"] = 100 * nbytes / (ms * 1e-3) / copy_bps if ms == ms else float("nan")
+    del cache, bt, kb, vb
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def main():
+    global ARGS
+    ARGS = parse()
+    info = dict(device=torch.cuda.get_device_name(0) if DEV == "cuda" else "cpu", torch=torch.__version__)
+    import triton
+
+    info["triton"] = triton.__version__
+    info["command"] = "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:])
+    print(f"device: {info['device']}  torch {info['torch']}  triton {info['triton']}", flush=True)
+    cbps = copy_rate()
+    info["copy_rate_GBps"] = cbps / 1e9
+    print(f"D2D copy rate (read+write): {cbps / 1e12:.3f} TB/s", flush=True)
+    from vllm_genesis.turboquant import layout as layout_mod
+
+    info["checks"] = [] if ARGS.skip_checks else checks(layout_mod)
+    rows = TINY_ROWS if ARGS.tiny else ROWS
+    if ARGS.rows:
+        rows = [rows[int(i)] for i in ARGS.rows.split(",")]
+    info["rows"] = []
+    for row in rows:
+        try:
+            r = time_row(row, cbps)
+        except Exception:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            continue
+        info["rows"].append(r)
+        print(f"row {r['kind']} B={r['B']} L={r['context']} Hq={r['Hq']} Hk={r['Hk']} D={r['D']} q={r['query_len']} "
+              f"S={r['splits']}: graph: upstream {r['upstream_ms']:.4f} ms ours {r['ours_ms']:.4f} ms sdpa {r['sdpa_ms']:.4f} ms"
+              f" | eager: upstream {r['eager_upstream_ms']:.4f} ours {r['eager_ours_ms']:.4f} sdpa {r['eager_sdpa_ms']:.4f}"
+              f" | ours host {r.get('ours_host_us_per_call', float('nan')):.0f} us/call",
+              flush=True)
+    print()
+    print("CUDA-graph replay times, L2 flushed before each replay; bandwidth = cache bytes read / time")
+    hdr = (f"{'shape (kind B ctx Hq Hk D)':34s} {'upstream ms':>11s} {'ours ms':>9s} {'SDPA ms':>9s} {'x upstr':>8s} "
+           f"{'ours GB/s':>9s} {'%copy':>6s} {'upstr GB/s':>10s} {'%copy':>6s} {'SDPA GB/s':>9s} {'%copy':>6s}")
+    print(hdr)
+    for r in info["rows"]:
+        shape = f"{r['kind']} {r['B']} {r['context']} {r['Hq']} {r['Hk']} {r['D']}" + (f" K+1={r['query_len']}" if r["kind"] == "verify" else "")
+        print(f"{shape:34s} {r['upstream_ms']:11.4f} {r['ours_ms']:9.4f} {r['sdpa_ms']:9.4f} "
+              f"{r['upstream_ms'] / r['ours_ms']:8.1f} {r['ours_GBps']:9.0f} {r['ours_pct_copy']:6.1f} "
+              f"{r['upstream_GBps']:10.0f} {r['upstream_pct_copy']:6.1f} {r['sdpa_GBps']:9.0f} {r['sdpa_pct_copy']:6.1f}")
+    bad = [c for c in info["checks"] if not c["ok"]]
+    print(f"checks: {len(info['checks']) - len(bad)}/{len(info['checks'])} ok")
+    if ARGS.json:
+        Path(ARGS.json).write_text(json.dumps(info, indent=1))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
