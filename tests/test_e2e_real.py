@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gqueue.model.pin import parse_pins
 from paths import REPO
 from synth import Queue
 
@@ -30,7 +31,7 @@ def test_project_queue_on_real_vllm(tmp_path: Path, real_cache: str) -> None:
     assert q.run("applied").stdout.split() == names
     q.run("pop", "--all")
     # The tree is byte-identical to the sdist's members.
-    pin_sha = (root / "vendor-pin.txt").read_text().split("sdist=sha256:")[1].split()[0]
+    pin_sha = parse_pins((root / "vendor-pin.txt").read_text()).main.sdist_sha256
     sdist = next(Path(real_cache).glob(f"sha256/*/{pin_sha}/*.tar.gz"))
     with tarfile.open(sdist) as tar:
         for member in tar:

@@ -25,12 +25,18 @@ if not (TREE / "vllm" / "__init__.py").is_file():
 for entry in (str(KERNELS), str(TREE)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
-# vLLM inspects models in subprocesses (python -m vllm...): they need the same two folders.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(TREE), str(KERNELS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-)
 
 SWITCH_PREFIXES = ("GENESIS_", "SNDR_")
+
+
+@pytest.fixture(autouse=True)
+def _subprocess_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM inspects models in subprocesses (python -m vllm...): they need the same two folders.
+
+    Set per test of this folder only, so no other test's subprocess imports this tree.
+    """
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TREE), str(KERNELS), *extra]))
 
 
 @pytest.fixture(autouse=True)
