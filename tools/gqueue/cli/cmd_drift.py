@@ -18,7 +18,10 @@ import click
 from ..errors import ExitCode, UsageError
 from ..fsutil import atomic_write
 from ..model import drift as d
+from ..model.profile import POLICIES
 from ..ops import drift as drift_op
+from ..ops import lint as lint_op
+from ..ops import plan
 from ..ops import rebase as rebase_op
 from ..ops.workspace import Workspace
 from .main import Context, boundary, cli
@@ -41,16 +44,26 @@ Result = tuple[Any, str, int]
                    "Default: clean,offset,merged3,upstream.")
 @click.option("--fuzz", "max_fuzz", type=click.IntRange(0, 3), default=2, show_default=True,
               help="How much fuzz to try when reporting what patch would do.")
+@click.option("--profile", help="Check only the patches this profile selects.")
+@click.option("--policy", type=click.Choice(POLICIES), help="The plan policy (default: the profile's).")
+@click.option("--no-lint", is_flag=True, help="Skip 'gqueue lint' (run first by default; its errors fail the check).")
 @boundary("check")
 def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool, accept: str | None,
-          max_fuzz: int) -> Result:
+          max_fuzz: int, profile: str | None, policy: str | None, no_lint: bool) -> Result:
     """Apply the whole series to each pin in memory and classify every hunk."""
     try:
         accepted = d.parse_accept(accept) if accept is not None else d.DEFAULT_ACCEPT
     except ValueError as exc:
         raise UsageError(f"--accept: {exc}") from None
-    report = drift_op.check(ws, pins, accept=accepted, max_fuzz=max_fuzz)
-    code = ExitCode.OK if report.ok else ExitCode.CONFLICT
+    lint_errors = 0
+    if not no_lint:
+        findings = lint_op.lint(ws.store)
+        lint_errors = findings.errors
+        for finding in findings.findings:
+            ws.reporter.note(f"lint: {finding.render()}")
+    only = {e.name for e in plan.select_patches(ws.store, profile, policy)} if profile or policy else None
+    report = drift_op.check(ws, pins, accept=accepted, max_fuzz=max_fuzz, only=only)
+    code = ExitCode.OK if report.ok and not lint_errors else ExitCode.CONFLICT
     if junit is not None:
         atomic_write(junit, render_junit(report))
     ctx: Context = click.get_current_context().obj

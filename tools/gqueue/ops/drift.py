@@ -85,13 +85,14 @@ def touched_paths(patches: list[tuple[SeriesEntry, PatchFile]]) -> set[str]:
 
 
 def check(ws: Workspace, specs: tuple[str, ...] = (), *, accept: frozenset[str] = d.DEFAULT_ACCEPT,
-          max_fuzz: int = 2) -> d.CheckReport:
+          max_fuzz: int = 2, only: set[str] | None = None) -> d.CheckReport:
+    """Classify the series (or the entries named in ``only``, e.g. a profile's) on each pin."""
     pins = ws.store.read_pins()
     base_pin = pins.main
     targets = [resolve_pin(ws, s) for s in specs] if specs else list(pins.pins)
     ensure_repo(ws)
     base_commit = pin_commit(ws, base_pin)
-    patches = load_series(ws)
+    patches = [(e, p) for e, p in load_series(ws) if only is None or e.name in only]
     reports = []
     for pin in targets:
         commit = pin_commit(ws, pin)

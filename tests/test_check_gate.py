@@ -1,0 +1,35 @@
+"""check runs lint first, and takes a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from synth import BASE_FILES, make_queue, unified
+
+PARSER = BASE_FILES["vllm/parser.py"]
+
+
+def _queue(tmp_path: Path, lifecycle: str):  # noqa: ANN202
+    q = make_queue(tmp_path)
+    q.write_patch("P15-none.patch", unified("vllm/parser.py", PARSER, PARSER.replace("== 'null'", "in ('null', 'None')")),
+                  extra=f"lifecycle: {lifecycle}\n")
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("P2-util.patch", unified("vllm/util.py", util, util.replace("return x + 7\n", "return x + 70\n")))
+    q.set_series("P15-none.patch", "P2-util.patch")
+    return q
+
+
+def test_lint_errors_fail_the_check(tmp_path: Path) -> None:
+    q = _queue(tmp_path, "sometimes")
+    proc = q.run("check", check=False)
+    assert proc.returncode == 3
+    assert "lint:" in proc.stderr and "lifecycle" in proc.stderr
+    assert q.run("check", "--no-lint").returncode == 0
+
+
+def test_check_with_a_profile_checks_only_its_patches(tmp_path: Path) -> None:
+    q = _queue(tmp_path, "stable")
+    (q.root / "profiles").mkdir()
+    (q.root / "profiles" / "one.yaml").write_text("name: one\npolicy: compat\npatches: [P2]\n")
+    proc = q.run("check", "--no-lint", "--profile", "one", "--json")
+    assert '"P2-util.patch"' in proc.stdout and '"P15-none.patch"' not in proc.stdout
