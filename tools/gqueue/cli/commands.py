@@ -300,6 +300,10 @@ def status(ws: Workspace) -> Result:
             lines.append(f"unrefreshed changes: {len(dirty)} file(s)")
         if ws.read_journal():
             lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
+        rebasing = (ws.state_dir / "rebase").exists()
+        info["rebase_in_progress"] = rebasing
+        if rebasing:
+            lines.append(f"a rebase to {ws.pin().describe()} is in progress: 'gqueue rebase --continue | --skip | --abort'")
     else:
         lines.append("no work tree: run 'gqueue checkout'")
     return info, "\n".join(lines), ExitCode.OK

@@ -36,7 +36,7 @@ RULES: dict[str, tuple[str, str]] = {
     "id-duplicate": (ERROR, "every patch id is used once"),
     "file-name-id": (ERROR, "the file name starts with the patch id and a '-' (or is ID.patch)"),
     "series-missing-file": (ERROR, "every series entry has its file in queue/"),
-    "queue-unlisted": (ERROR, "every file in queue/ is in the series or parked ('# parked: NAME')"),
+    "queue-unlisted": (ERROR, "every file in queue/ is in the series or parked ('# parked: NAME'), unless retired or merged upstream"),
     "parked-listed": (WARNING, "a parked patch is not also in the series, and its file exists"),
     "requires-unknown": (ERROR, "requires names ids of patches in the queue"),
     "requires-order": (ERROR, "a required patch comes earlier in the series"),
@@ -416,7 +416,9 @@ def _check_membership(series: Series, views: dict[str, HeaderView], files: list[
             out.append(Finding(series.path, entry.line, "series-missing-file", f"'{entry.name}' has no file in queue/"))
     parked = set(series.parked)
     for name in files:
-        if name not in series and name not in parked:
+        view = views.get(name)
+        retired = view is not None and view.raw.get("lifecycle") in ("merged_upstream", "retired")
+        if name not in series and name not in parked and not retired:
             out.append(Finding(f"queue/{name}", 1, "queue-unlisted",
                                f"'{name}' is neither in the series nor parked ('# parked: {name}')"))
     for number, raw in enumerate(series.lines, start=1):
