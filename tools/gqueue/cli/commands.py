@@ -15,6 +15,7 @@ from ..model.profile import POLICIES
 from ..ops import checkout as checkout_op
 from ..ops import plan, queueops, recovery, stackops
 from ..ops.workspace import Workspace
+from ..upstream.resolve import record_hashes
 from .main import Context, boundary, cli
 from .render import push_report
 
@@ -29,6 +30,24 @@ def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
     """Start a queue in the current (or -C) directory."""
     result = queueops.init(ctx.directory, pin_spec, record=not no_record)
     return result.to_json(), f"initialised a queue on {result.pin} in {result.root}", ExitCode.OK
+
+
+@cli.command()
+@click.option("--record", is_flag=True, help="Fill in missing sdist sha256s of vendor-pin.txt from the index.")
+@click.option("--wheel", is_flag=True, help="With --record: also the binary wheel's sha256 and file name.")
+@boundary("pin")
+def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
+    """Show the pins of vendor-pin.txt; --record fills in their hashes from the index."""
+    pins = ws.store.read_pins()
+    if record:
+        for entry in pins.pins:
+            pins = pins.with_line(record_hashes(entry, wheel=wheel and entry.label == "pin"))
+        ws.store.write_pins(pins)
+    rows = [{"label": p.label, "source": p.source, "version": p.version, "sdist_sha256": p.sdist_sha256,
+             "wheel_sha256": p.wheel_sha256} for p in pins.pins]
+    text = "\n".join(f"{r['label']:<10} {r['source']:<24} sdist {str(r['sdist_sha256'])[:12]}"
+                     + (f" wheel {str(r['wheel_sha256'])[:12]}" if r["wheel_sha256"] else "") for r in rows)
+    return {"pins": rows}, text, ExitCode.OK
 
 
 @cli.command()
