@@ -140,6 +140,35 @@ def test_decode_ignores_unwritten_slots_past_the_end():
         assert rel_err(out, _ref(c, lay)) < DEQ_BOUND
 
 
+@pytest.mark.parametrize("words", [1, 2, 3, 4])
+@pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
+def test_word_path_decode_and_verify(words, pf):
+    """Slots read as int32 words (D >= 128), NaN bytes past the end, G = 6, decode + verify."""
+    D = 128
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [37, 70, 1, 0]
+    c = random_case(seq_lens=seqs, num_heads=12, num_kv_heads=2, head_dim=D, block_size=32,
+                    layout=lay, generator=torch.Generator().manual_seed(11), device=DEV)
+    for b, L in enumerate(seqs[:3]):
+        last = int(c["block_table"][b, (L - 1) // 32])
+        c["kv_cache"][last, L % 32 :] = 0xFF
+    for bn in (16, 64):
+        tiles = TileConfig(bn, 4, 1 if pf else 2, "n", pf, words=words)
+        out = _run_decode(c, lay, num_splits=2, tiles=tiles)
+        assert not torch.isnan(out).any()
+        assert torch.all(out[3] == 0)
+        keep = [0, 1, 2]
+        assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+    cv = random_case(seq_lens=[77, 40], query_lens=[6, 3], num_heads=12, num_kv_heads=2, head_dim=D,
+                     block_size=16, layout=lay, generator=torch.Generator().manual_seed(12), device=DEV)
+    out = _run_verify(cv, lay, num_splits=3, tiles=TileConfig(32, 4, 1 if pf else 2, "n", pf, words=words))
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
+    out = _run_verify(cv, lay, raw_tail=False, num_splits=2,
+                      tiles=TileConfig(32, 4, 1 if pf else 2, "n", pf, words=words))
+    assert rel_err(out, _ref(cv, lay, verify=True, raw_tail=False)) < DEQ_BOUND
+
+
 @pytest.mark.parametrize("preset", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
 def test_decode_other_presets(preset):
     lay = TQLayout.from_preset(preset, 64)
@@ -216,13 +245,14 @@ def test_warmup_compiles_every_query_len():
 
 
 def _vllm_tree() -> Path | None:
-    tree = os.environ.get("GQUEUE_VLLM_TREE")
-    if tree and (Path(tree) / "vllm" / "v1" / "attention" / "ops" / "triton_turboquant_store.py").is_file():
+    """GQUEUE_VLLM_TREE, else the queue's work tree (made by the main job before the tests)."""
+    tree = os.environ.get("GQUEUE_VLLM_TREE") or str(Path(__file__).resolve().parents[2] / "work")
+    if (Path(tree) / "vllm" / "v1" / "attention" / "ops" / "triton_turboquant_store.py").is_file():
         return Path(tree)
     return None
 
 
-@pytest.mark.skipif(_vllm_tree() is None, reason="set GQUEUE_VLLM_TREE to a vLLM 0.24.0 tree")
+@pytest.mark.skipif(_vllm_tree() is None, reason="no vLLM 0.24.0 tree: run the main job or set GQUEUE_VLLM_TREE")
 @pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_3bit_nc"])
 def test_packer_matches_0_24_0_store(preset, monkeypatch):
     import sys

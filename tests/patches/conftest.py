@@ -29,14 +29,16 @@ for entry in (str(KERNELS), str(TREE)):
 SWITCH_PREFIXES = ("GENESIS_", "SNDR_")
 
 
-@pytest.fixture(autouse=True)
-def _subprocess_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM inspects models in subprocesses (python -m vllm...): they need the same two folders.
-
-    Set per test of this folder only, so no other test's subprocess imports this tree.
+@pytest.fixture(autouse=True, scope="module")
+def _subprocess_path() -> Iterator[None]:
+    """vLLM inspects models in subprocesses (python -m vllm...), and some tests start their own:
+    they need the same two folders. Set for the modules of this folder only (module scope, so
+    module fixtures that start subprocesses see it too), so no other test imports this tree.
     """
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TREE), str(KERNELS), *extra]))
+    with pytest.MonkeyPatch.context() as patcher:
+        patcher.setenv("PYTHONPATH", os.pathsep.join([str(TREE), str(KERNELS), *extra]))
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,10 @@ one tensor-core product for all rows, online softmax in base 2, values applied a
 turned into full values. It writes one normalised partial output and one log-sum-exp per
 row and split.
 
+With ``WORDS`` > 0 (fp8 keys, 4-bit values, D >= 128) stage 1 reads each slot as int32
+words and splits them in registers (PTX ``cvt``/``lop3`` or shifts) instead of loading and
+shuffling single bytes; see docs/KERNELS.md for when that pays.
+
 ``_tq_combine_kernel`` (stage 2): one program per (row, KV head, sequence) merges the
 split partials; for verify it also attends to the K+1 tail read from the raw key/value
 tensors of this step (causal inside the tail) before normalising.
@@ -20,6 +24,87 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _fp8_words(w, ASM: tl.constexpr, E4B15: tl.constexpr):
+    """int32 words of 4 fp8 key bytes -> 4 fp16 tensors (byte 0..3 of each word)."""
+    if ASM:
+        k0, k1, k2, k3 = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b16 l, h;
+            .reg .b32 a, c;
+            mov.b32 {l, h}, $4;
+            cvt.rn.f16x2.e4m3x2 a, l;
+            cvt.rn.f16x2.e4m3x2 c, h;
+            mov.b32 {$0, $1}, a;
+            mov.b32 {$2, $3}, c;
+            }""",
+            constraints="=h,=h,=h,=h,r",
+            args=[w],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        if E4B15:
+            k0 = (w & 0xFF).to(tl.uint8).to(tl.float8e4b15, bitcast=True).to(tl.float16)
+            k1 = ((w >> 8) & 0xFF).to(tl.uint8).to(tl.float8e4b15, bitcast=True).to(tl.float16)
+            k2 = ((w >> 16) & 0xFF).to(tl.uint8).to(tl.float8e4b15, bitcast=True).to(tl.float16)
+            k3 = ((w >> 24) & 0xFF).to(tl.uint8).to(tl.float8e4b15, bitcast=True).to(tl.float16)
+        else:
+            k0 = (w & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+            k1 = ((w >> 8) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+            k2 = ((w >> 16) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+            k3 = ((w >> 24) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    return k0, k1, k2, k3
+
+
+@triton.jit
+def _nib(w, SH: tl.constexpr):
+    return ((((w >> SH) & 15) | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
+
+
+@triton.jit
+def _u4_words(w, ASM: tl.constexpr):
+    """int32 words of 8 4-bit codes -> 8 fp16 tensors (code d = 0..7 of each word, exact)."""
+    if ASM:
+        c0, c1, c2, c3, c4, c5, c6, c7 = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t0, t1, t2, t3, s, k;
+            mov.b32 k, 0x64006400;
+            lop3.b32 t0, $8, 0x000F000F, k, 0xEA;
+            shr.b32 s, $8, 4;
+            lop3.b32 t1, s, 0x000F000F, k, 0xEA;
+            shr.b32 s, $8, 8;
+            lop3.b32 t2, s, 0x000F000F, k, 0xEA;
+            shr.b32 s, $8, 12;
+            lop3.b32 t3, s, 0x000F000F, k, 0xEA;
+            sub.rn.f16x2 t0, t0, k;
+            sub.rn.f16x2 t1, t1, k;
+            sub.rn.f16x2 t2, t2, k;
+            sub.rn.f16x2 t3, t3, k;
+            mov.b32 {$0, $4}, t0;
+            mov.b32 {$1, $5}, t1;
+            mov.b32 {$2, $6}, t2;
+            mov.b32 {$3, $7}, t3;
+            }""",
+            constraints="=h,=h,=h,=h,=h,=h,=h,=h,r",
+            args=[w],
+            dtype=(tl.float16,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        c0 = _nib(w, 0)
+        c1 = _nib(w, 4)
+        c2 = _nib(w, 8)
+        c3 = _nib(w, 12)
+        c4 = _nib(w, 16)
+        c5 = _nib(w, 20)
+        c6 = _nib(w, 24)
+        c7 = _nib(w, 28)
+    return c0, c1, c2, c3, c4, c5, c6, c7
 
 
 @triton.jit
@@ -60,6 +145,7 @@ def _tq_split_kernel(
     FP8_E4B15: tl.constexpr,
     DOT_BF16: tl.constexpr,
     PREFETCH: tl.constexpr = False,
+    WORDS: tl.constexpr = 0,
 ):
     sid = tl.program_id(0)
     hk = tl.program_id(1)
@@ -126,6 +212,141 @@ def _tq_split_kernel(
     PR: tl.constexpr = PAGE if PAGE < BLOCK_N else BLOCK_N  # rows of one page in a tile
     NP: tl.constexpr = BLOCK_N // PR  # pages per tile
     PAGED: tl.constexpr = KEY_FP8 and VSPLIT and (PAGE & (PAGE - 1) == 0) and (BLOCK_N % PR == 0)
+    WPAGED: tl.constexpr = PAGED and (WORDS > 0) and (D >= 128)
+    if WPAGED:
+        # Word path: each token's fp8 key bytes, 4-bit codes and scale/zero are read as
+        # int32 words and split in registers. The 4 key bytes of a word feed 4 products
+        # against the matching strided query columns (d = 4j + c); the 8 codes of a value
+        # word feed 8 products whose results are the output columns d = 8j + c.
+        ASM: tl.constexpr = ((WORDS == 2) or (WORDS == 4)) and (not FP8_E4B15)
+        JOIN: tl.constexpr = WORDS >= 3  # re-interleave in registers: one product each
+        DQ: tl.constexpr = D // 4
+        DV: tl.constexpr = D // 8
+        dq = tl.arange(0, DQ)
+        dv = tl.arange(0, DV)
+        if not JOIN:
+            qrow = (QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
+                    + 4 * dq[None, :])
+            qa = tl.load(qrow, mask=row_ok[:, None], other=0.0).to(tl.float16)
+            qb = tl.load(qrow + 1, mask=row_ok[:, None], other=0.0).to(tl.float16)
+            qc = tl.load(qrow + 2, mask=row_ok[:, None], other=0.0).to(tl.float16)
+            qd = tl.load(qrow + 3, mask=row_ok[:, None], other=0.0).to(tl.float16)
+        accj = tl.zeros([M_PAD, D], dtype=tl.float32)
+        a0 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a1 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a2 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a3 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a4 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a5 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a6 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        a7 = tl.zeros([M_PAD, DV], dtype=tl.float32)
+        # word offsets from a word pointer (the launcher checks 4-byte alignment), so that
+        # Triton sees the words of a row as contiguous and lays the threads along them
+        # (byte offsets cast to word pointers lose that: every warp load then touched ~25
+        # sectors instead of ~4)
+        KVW = KV.to(tl.pointer_type(tl.int32))
+        r3 = tl.arange(0, PR)
+        pg = tl.arange(0, NP)
+        row_w = r3 * (stride_kp // 4)
+        kwo = row_w[None, :, None] + dq[None, None, :]
+        vwo = row_w[None, :, None] + KPS // 4 + dv[None, None, :]
+        swo = row_w[None, :] + (KPS + VAL_BYTES) // 4
+        last_page = (end - 1) // PAGE
+        if PREFETCH:
+            nz = (start + pg * 0) < end
+            p0 = tl.maximum(tl.minimum(start // PAGE + pg, last_page), 0)
+            b0 = tl.load(bt_row + p0, mask=nz, other=0).to(tl.int64)
+            pb0 = tl.multiple_of(b0 * stride_kb + kv_head + (start % PAGE) * stride_kp, ALIGN)
+            kw_n = tl.load(KVW + (pb0 // 4)[:, None, None] + kwo, mask=nz[:, None, None], other=0)
+            vw_n = tl.load(KVW + (pb0 // 4)[:, None, None] + vwo, mask=nz[:, None, None], other=0)
+            sw_n = tl.load(KVW + (pb0 // 4)[:, None] + swo, mask=nz[:, None], other=0)
+            p1 = tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0)
+            blk_n = tl.load(bt_row + p1, mask=nz, other=0)
+        for n0 in range(start, end, BLOCK_N):
+            pos = n0 + offs_n
+            pmask = pos < end
+            if PREFETCH:
+                kw3 = kw_n
+                vw3 = vw_n
+                sw3 = sw_n
+                n1 = n0 + BLOCK_N
+                pb1 = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + (n1 % PAGE) * stride_kp, ALIGN)
+                kw_n = tl.load(KVW + (pb1 // 4)[:, None, None] + kwo)
+                vw_n = tl.load(KVW + (pb1 // 4)[:, None, None] + vwo)
+                sw_n = tl.load(KVW + (pb1 // 4)[:, None] + swo)
+                blk_n = tl.load(bt_row + tl.minimum((n0 + 2 * BLOCK_N) // PAGE + pg, last_page))
+            else:
+                pidx = tl.minimum(n0 // PAGE + pg, last_page)
+                blk = tl.load(bt_row + pidx).to(tl.int64)
+                pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * stride_kp, ALIGN)
+                kw3 = tl.load(KVW + (pbase // 4)[:, None, None] + kwo)
+                vw3 = tl.load(KVW + (pbase // 4)[:, None, None] + vwo)
+                sw3 = tl.load(KVW + (pbase // 4)[:, None] + swo)
+            k0, k1, k2, k3 = _fp8_words(tl.reshape(kw3, [BLOCK_N, DQ]), ASM, FP8_E4B15)
+            if JOIN:
+                kj = tl.reshape(tl.join(tl.join(k0, k2), tl.join(k1, k3)), [BLOCK_N, D])
+                s = tl.dot(q.to(tl.float16), tl.trans(kj))
+            else:
+                s = tl.dot(qa, tl.trans(k0))
+                s = tl.dot(qb, tl.trans(k1), s)
+                s = tl.dot(qc, tl.trans(k2), s)
+                s = tl.dot(qd, tl.trans(k3), s)
+            s = s * qk_scale
+            valid = pmask[None, :]
+            if not RAW_TAIL:
+                valid = valid & (pos[None, :] <= row_last[:, None])
+            s = tl.where(valid, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+            sw = tl.reshape(sw3, [BLOCK_N])
+            vs = (sw & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+            vz = ((sw >> 16) & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+            vs = tl.where(pmask, vs, 0.0)
+            vz = tl.where(pmask, vz, 0.0)
+            ps = (p * vs[None, :]).to(tl.float16)
+            z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _u4_words(tl.reshape(vw3, [BLOCK_N, DV]), ASM)
+            al = alpha[:, None]
+            if JOIN:
+                lo = tl.join(tl.join(c0, c4), tl.join(c2, c6))
+                hi = tl.join(tl.join(c1, c5), tl.join(c3, c7))
+                vj = tl.reshape(tl.join(lo, hi), [BLOCK_N, D])
+                accj = tl.dot(ps, vj, accj * al)
+            else:
+                a0 = tl.dot(ps, c0, a0 * al)
+                a1 = tl.dot(ps, c1, a1 * al)
+                a2 = tl.dot(ps, c2, a2 * al)
+                a3 = tl.dot(ps, c3, a3 * al)
+                a4 = tl.dot(ps, c4, a4 * al)
+                a5 = tl.dot(ps, c5, a5 * al)
+                a6 = tl.dot(ps, c6, a6 * al)
+                a7 = tl.dot(ps, c7, a7 * al)
+        has = l_i > 0.0
+        l_safe = tl.where(has, l_i, 1.0)
+        lse = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
+        zo = tl.where(has, z_i / l_safe, 0.0)[:, None]
+        inv = 1.0 / l_safe[:, None]
+        mid_row = ((b.to(tl.int64) * HK + hk) * num_splits + sid) * ROWS + rows
+        rmask = rows < ROWS
+        tl.store(MidL + mid_row, lse, mask=rmask)
+        om = rmask[:, None]
+        if JOIN:
+            tl.store(MidO + mid_row[:, None] * D + dd[None, :], accj * inv + zo, mask=om)
+            return
+        optr = MidO + mid_row[:, None] * D + 8 * dv[None, :]
+        tl.store(optr, a0 * inv + zo, mask=om)
+        tl.store(optr + 1, a1 * inv + zo, mask=om)
+        tl.store(optr + 2, a2 * inv + zo, mask=om)
+        tl.store(optr + 3, a3 * inv + zo, mask=om)
+        tl.store(optr + 4, a4 * inv + zo, mask=om)
+        tl.store(optr + 5, a5 * inv + zo, mask=om)
+        tl.store(optr + 6, a6 * inv + zo, mask=om)
+        tl.store(optr + 7, a7 * inv + zo, mask=om)
+        return
     if PAGED:
         # Page-structured addressing: one block-table entry and one 64-bit base per page,
         # plus loop-invariant 32-bit offsets inside the page.

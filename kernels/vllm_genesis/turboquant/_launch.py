@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -19,6 +20,10 @@ def num_sms(device_index: int) -> int:
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(device_index).multi_processor_count
     return 132
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @lru_cache(maxsize=None)
@@ -48,15 +53,19 @@ class TileConfig:
     kernel: str = "n"  # "n": rows on the MMA's M side; "t": tokens on M (fp8 keys + 4-bit values)
     prefetch: bool = False  # hand-pipelined loads (fp8 keys + 4-bit values)
     maxnreg: int | None = None  # register cap per thread (more programs per SM)
+    # fp8 + 4-bit, D >= 128: read slots as int32 words, split in registers by shifts (1, 3) or
+    # PTX cvt / lop3 (2, 4); 1, 2: one product per byte / nibble position; 3, 4: re-interleaved
+    words: int = 0
 
 
 def default_tiles(head_dim: int, m_pad: int, key_fp8: bool, programs: int = 1, max_context: int = 0) -> TileConfig:
     """Tile shapes per row count (rows = query tokens x group size) and grid size.
 
     Picked from H200 sweeps (docs/KERNELS.md): few (sequence, KV head) pairs -> 32-token
-    tiles, hand-pipelined; many pairs
-    -> 64-token tiles on Triton's pipeliner with a 168-register cap; very long contexts ->
-    64-token tiles on the pipeliner; verify -> 32-token tiles on the pipeliner.
+    tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
+    -> 64-token tiles on Triton's pipeliner with a 168-register cap; verify -> 32-token
+    tiles on the pipeliner (the word path was slower for those two on the H200, Triton 3.6).
+    Head sizes below 128 and other presets ignore ``words``.
     """
     if not key_fp8:
         return TileConfig(32, 4, 2)
@@ -64,9 +73,7 @@ def default_tiles(head_dim: int, m_pad: int, key_fp8: bool, programs: int = 1, m
         return TileConfig(32, 4, 3)
     if programs >= 32:
         return TileConfig(64, 4, 3, maxnreg=168)
-    if max_context >= 65536:
-        return TileConfig(64, 4, 3)
-    return TileConfig(32, 4, 1, "n", True)
+    return TileConfig(32, 4, 1, "n", True, words=4)
 
 
 def split_workspace(
@@ -161,6 +168,22 @@ def run_attention(
         extra["PREFETCH"] = False
     if tiles.maxnreg:
         extra["maxnreg"] = tiles.maxnreg
+    if (
+        tiles.words
+        and kern is _tq_split_kernel
+        and layout.key_fp8
+        and layout.value_bits == 4
+        and D >= 128
+        and align >= 4
+        and layout.key_packed_size % 4 == 0
+        and (layout.key_packed_size + layout.value_data_bytes) % 4 == 0
+    ):
+        words = int(tiles.words)
+        if words >= 3 and M_PAD > 16:
+            words -= 2  # Triton 3.6 fails to lower the re-interleave next to warp-group MMAs
+        if words in (2, 4) and (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None):
+            words -= 1  # PTX only on NVIDIA GPUs with e4m3 conversions
+        extra["WORDS"] = words
     kern[(S, Hk, batch)](
         qr,
         kv_cache,

@@ -34,7 +34,7 @@ class Context:
             ws.lock()
             from ..ops.recovery import recover
 
-            recover(ws)
+            recover(ws, repairing=self.command == "repair")
         return ws
 
 

@@ -49,6 +49,7 @@ def checkout(ws: Workspace) -> CheckoutResult:
     pin = ws.pin()
     created = not ws.repo.exists()
     if created:
+        sdist_path(pin)  # fetch and verify first: a refused download leaves no empty work/
         ws.repo.init()
         (ws.repo.git_dir / "info").mkdir(exist_ok=True)
         (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)

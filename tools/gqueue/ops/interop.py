@@ -12,6 +12,7 @@ from ..model.foreign import read_foreign
 from ..model.patch import PatchFile, new_patch, parse_patch
 from ..model.series import parse_series
 from .queueops import check_name, id_from_name, title_from_name
+from .transaction import queue_edit
 from .workspace import Workspace
 
 _NUMBERED = re.compile(r"^\d{4}-")
@@ -65,14 +66,16 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
         patch, kind = _to_gqueue(name, data, str(path))
         prepared.append((patch, strip, kind))
     result = ImportResult()
-    for patch, _strip, kind in prepared:
-        ws.store.write_patch(patch)
-        result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind})
+    before = series
     series = series.insert_many(position, [patch.name for patch, _strip, _kind in prepared])
     for patch, strip, _kind in prepared:
         if strip != 1:
             series = _with_strip(series, patch.name, strip)
-    ws.store.write_series(series)
+    with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _s, _k in prepared)):
+        for patch, _strip, kind in prepared:
+            ws.store.write_patch(patch)
+            result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind})
+        ws.store.write_series(series)
     return result
 
 

@@ -14,8 +14,9 @@ from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
 from ..store import PIN, QUEUE, SERIES, Store
 from ..upstream.resolve import record_hashes
 from ..vcs.git import CommitSpec
+from .engine import file_diffs
 from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean
-from .transaction import move
+from .transaction import move, queue_edit
 from .workspace import Workspace
 
 SERIES_HEADER = "# gqueue series: one patch a line, applied top to bottom (quilt format).\n"
@@ -96,8 +97,10 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     }
     patch = new_patch(name, fields, b"")
     position = len(stack.applied)
-    ws.store.write_patch(patch)
-    ws.store.write_series(series.insert(position, name))
+    after = series.insert(position, name)
+    with queue_edit(ws, "new", series, after, create=(name,)):
+        ws.store.write_patch(patch)
+        ws.store.write_series(after)
     commits = ws.repo.write_commits(stack.head, [CommitSpec(commit_message(patch), {}, commit_author(patch))], PENDING)
     move(ws, stack.head, commits[-1], op="new")
     ws.repo.delete_ref(PENDING)
@@ -122,10 +125,12 @@ def delete(ws: Workspace, name: str, *, keep_file: bool = False) -> NameResult:
         if stack.top is None or stack.top.name != name:
             raise StateError(f"'{name}' is applied below the top; pop it first", path=SERIES)
         pop(ws)
-    ws.store.write_series(series.remove(name))
-    if keep_file:
-        return NameResult(name, "deleted", f"removed from the series; queue/{name} kept")
-    target = _trash(ws, name)
+    after = series.remove(name)
+    with queue_edit(ws, "delete", series, after, delete=() if keep_file else (name,)):
+        ws.store.write_series(after)
+        if keep_file:
+            return NameResult(name, "deleted", f"removed from the series; queue/{name} kept")
+        target = _trash(ws, name)
     return NameResult(name, "deleted", f"file moved to {ws.store.rel(target)}")
 
 
@@ -143,9 +148,11 @@ def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
         require_clean(ws, "rename an applied patch")
         pop(ws, count=len(stack.names) - stack.names.index(old))
     patch = ws.store.read_patch(old)
-    atomic_write(ws.store.patch_path(new_name), format_patch(patch))
-    ws.store.write_series(series.rename(old, new_name))
-    ws.store.delete_patch(old)
+    after = series.rename(old, new_name)
+    with queue_edit(ws, "rename", series, after, create=(new_name,), delete=(old,)):
+        atomic_write(ws.store.patch_path(new_name), format_patch(patch))
+        ws.store.write_series(after)
+        ws.store.delete_patch(old)
     if reapply and top is not None:
         push(ws, target=new_name if top == old else top, count=None)
     return NameResult(new_name, "renamed", f"from {old}")
@@ -161,6 +168,7 @@ def fold(ws: Workspace, name: str) -> NameResult:
         raise UsageError(f"'{name}' must be an unapplied patch of the series")
     require_clean(ws, "fold")
     patch = ws.store.read_patch(name)
+    file_diffs(patch)  # the same path, mode and binary checks as push, before git sees it
     ws.repo.run("apply", "--whitespace=nowarn", "-p1", "-", input=patch.body)
     refresh(ws)
     ws.store.write_series(ws.store.read_series().remove(name))

@@ -47,7 +47,7 @@ def _sweep_temporaries(ws: Workspace) -> list[str]:
     return [f"removed {len(removed)} temporary file(s) of an interrupted write: {', '.join(removed)}"] if removed else []
 
 
-GIT_LOCKS = ("index.lock", "HEAD.lock", "packed-refs.lock", "refs/heads/gqueue.lock")
+GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "refs/heads/gqueue.lock")
 GIT_LOCK_GRACE = 2.0  # seconds a git process that outlived its gqueue gets to finish
 
 
@@ -57,7 +57,7 @@ def _clear_git_locks(ws: Workspace) -> list[str]:
     We hold the queue lock, so no other gqueue runs; a git child that outlived a killed gqueue
     finishes within moments, so a lock still there after a grace period is stale.
     """
-    if not ws.repo.exists():
+    if not ws.repo.git_dir.is_dir():  # a half-made repository too: 'git init' cannot finish it while locked
         return []
     locks = [ws.repo.git_dir / name for name in GIT_LOCKS]
     locks += list((ws.repo.git_dir / "refs" / "gqueue").glob("**/*.lock"))
@@ -145,6 +145,13 @@ def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
                 ws.repo.checkout_fresh(new)
                 ws.repo.update_ref(BRANCH, new, old)
                 actions.append(f"finished an interrupted {op}")
+            elif dirty and set(dirty) <= set(ws.repo.changed_paths(old, new)):
+                # git was killed while it wrote these files (only paths the move changes): they are
+                # half old, half new, or cut short; write them anew, keeping a copy all the same
+                save_local_changes(ws, "recover")
+                ws.repo.checkout_fresh(new)
+                ws.repo.update_ref(BRANCH, new, old)
+                actions.append(f"finished an interrupted {op} (rewrote the files git had left half-written)")
             elif not dirty:
                 actions.append(f"undid an interrupted {op} (nothing had changed yet)")
             elif repairing:

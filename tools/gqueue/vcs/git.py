@@ -110,14 +110,19 @@ class WorkRepo:
         return self.path / ".git"
 
     def exists(self) -> bool:
-        return (self.git_dir / "HEAD").is_file()
+        # what git itself needs to see a repository: a 'git init' killed part-way leaves less,
+        # and running init again completes it
+        return (self.git_dir / "HEAD").is_file() and (self.git_dir / "objects").is_dir() and (self.git_dir / "refs").is_dir()
 
     def init(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
+        proc = subprocess.run(
             ["git", *CONFIG, "init", "-q", "--initial-branch=gqueue", str(self.path)],
-            check=True, capture_output=True, env=_env(),
+            capture_output=True, env=_env(),
         )
+        if proc.returncode != 0:
+            message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise GitError(f"git init failed: {message[-1] if message else proc.returncode}")
         self.run("config", "core.autocrlf", "false")
         self.run("config", "gc.auto", "0")
 
@@ -247,17 +252,20 @@ class WorkRepo:
             assert proc.stdin is not None
             w = proc.stdin.write
             msg = message.encode()
-            w(f"commit {ref}\nmark :1\n".encode())
-            w(f"author gqueue <gqueue@localhost> {FIXED_DATE}\ncommitter gqueue <gqueue@localhost> {FIXED_DATE}\n".encode())
-            w(b"data %d\n%s\n" % (len(msg), msg))
-            for path, mode, data in files:
-                w(b"M " + mode.encode() + b" inline " + _fi_path(path) + b"\n")
-                w(b"data %d\n" % len(data))
-                w(data)
+            try:  # if fast-import dies, its stderr says why; the broken pipe does not
+                w(f"commit {ref}\nmark :1\n".encode())
+                w(f"author gqueue <gqueue@localhost> {FIXED_DATE}\ncommitter gqueue <gqueue@localhost> {FIXED_DATE}\n".encode())
+                w(b"data %d\n%s\n" % (len(msg), msg))
+                for path, mode, data in files:
+                    w(b"M " + mode.encode() + b" inline " + _fi_path(path) + b"\n")
+                    w(b"data %d\n" % len(data))
+                    w(data)
+                    w(b"\n")
                 w(b"\n")
-            w(b"\n")
-            w(f"reset refs/tags/{tag}\nfrom :1\n\ndone\n".encode())
-            proc.stdin.close()
+                w(f"reset refs/tags/{tag}\nfrom :1\n\ndone\n".encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
             err = proc.stderr.read() if proc.stderr else b""
             if proc.wait() != 0:
                 raise GitError(f"git fast-import failed: {err.decode('utf-8', 'replace').strip()[-300:]}")

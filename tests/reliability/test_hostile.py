@@ -1,0 +1,321 @@
+"""Hostile and broken input: every case of tests/data/hostile/ gets one clear error and changes nothing.
+
+For each case the test snapshots the whole sandbox (the queue root with series, queue/, the pin
+and the work tree's files and refs, the upstream archive, a sentinel folder beside the queue and
+the download cache) before and after the command, and checks they are identical: nothing was
+written outside the queue root and the work tree, and series, queue/ and work/ are as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synth import BASE_FILES, Queue, make_queue, make_sdist, sha256
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "hostile"
+OUTSIDE_PROBES = (Path("/tmp/gqueue-evil.py"), Path("/tmp/gqueue-owned"))
+
+# patch file -> (exit code, error reference, a fragment of the message); pushed alone on the synthetic upstream
+PATCH_CASES: dict[str, tuple[int, str, str]] = {
+    "dotdot.patch": (1, "unsafe-patch", "outside the tree"),
+    "dotdot-middle.patch": (1, "unsafe-patch", "outside the tree"),
+    "absolute.patch": (1, "unsafe-patch", "absolute"),
+    "git-dir.patch": (1, "unsafe-patch", "inside .git"),
+    "backslash.patch": (1, "unsafe-patch", "odd path"),
+    "symlink-new.patch": (1, "unsafe-patch", "mode 120000"),
+    "mode-symlink.patch": (1, "unsafe-patch", "mode 120000"),
+    "gitlink.patch": (1, "unsafe-patch", "mode 160000"),
+    "binary-literal.patch": (1, "unsafe-patch", "binary patch"),
+    "binary-differ.patch": (1, "unsafe-patch", "binary patch"),
+    "crlf-everywhere.patch": (1, "bad-format", "CRLF"),
+    "crlf-body.patch": (3, "conflict", "vllm/parser.py hunk #1"),
+    "latin1-header.patch": (1, "bad-format", "header is not valid UTF-8"),
+    "latin1-path.patch": (1, "bad-format", "file name in patch is not UTF-8"),
+    "latin1-body.patch": (3, "conflict", "vllm/parser.py hunk #1"),
+    "truncated-hunk.patch": (1, "bad-format", "hunk ends early"),
+    "lying-counts-short.patch": (1, "bad-format", "hunk line counts lie"),
+    "lying-counts-long.patch": (1, "bad-format", "hunk line counts lie"),
+    "malformed-hunk-header.patch": (1, "bad-format", "malformed hunk header"),
+    "minus-without-plus.patch": (1, "bad-format", "not followed by '+++'"),
+    "no-hunks.patch": (1, "bad-format", "without hunks"),
+    "quoted-name.patch": (1, "bad-format", "quoted file names"),
+    "rename.patch": (1, "bad-format", "rename"),
+    "missing-target.patch": (3, "conflict", "vllm/nope.py [file-missing]"),
+    "existing-target.patch": (3, "conflict", "README.md [file-exists]"),
+    "empty.patch": (1, "bad-format", "no gqueue header"),
+    "no-header.patch": (1, "bad-format", "no gqueue header"),
+    "unclosed-header.patch": (1, "bad-format", "never closed"),
+    "prose-only.patch": (1, "bad-format", "no diff"),
+    "yaml-alias-bomb.patch": (1, "bad-format", "anchors and aliases"),
+    "yaml-huge-scalar.patch": (1, "bad-format", "scalar longer than"),
+    "yaml-huge-header.patch": (1, "bad-format", "header larger than"),
+    "yaml-deep-nesting.patch": (1, "bad-format", "nest"),
+    "yaml-python-tag.patch": (1, "bad-format", "invalid YAML header"),
+    "yaml-not-mapping.patch": (1, "bad-format", "must be a YAML mapping"),
+    "yaml-wrong-type.patch": (1, "bad-format", "'requires' must be list"),
+    "yaml-no-id.patch": (1, "bad-format", "lacks required key 'id'"),
+}
+
+# series file -> (exit code, ref, fragment); the series' patches come from the corpus
+SERIES_CASES: dict[str, tuple[int, str, str]] = {
+    "named-twice.series": (1, "bad-format", "named twice"),
+    "missing-file.series": (1, "bad-format", "queue/not-there.patch does not exist"),
+    "dotdot-name.series": (1, "bad-format", "invalid patch name"),
+    "absolute-p0.series": (1, "unsafe-patch", "absolute"),
+    "reversed.series": (1, "bad-format", "-R"),
+    "dup-ids.series": (1, "bad-format", "patch id 'H35' is used by both"),
+    "not-utf8.series": (1, "bad-format", "not valid UTF-8"),
+}
+
+# archive -> (ref, fragment); 'gqueue checkout' of a pin that names it (with its true sha256)
+ARCHIVE_CASES: dict[str, tuple[str, str]] = {
+    "tar-dotdot.tar.gz": ("integrity", "escapes the extraction folder"),
+    "tar-absolute.tar.gz": ("integrity", "absolute path"),
+    "tar-symlink-out.tar.gz": ("integrity", "points out of the tree"),
+    "tar-symlink-absolute.tar.gz": ("integrity", "points to an absolute path"),
+    "tar-link-then-write.tar.gz": ("integrity", "points out of the tree"),
+    "tar-hardlink.tar.gz": ("integrity", "hard link or device"),
+    "tar-device.tar.gz": ("integrity", "hard link or device"),
+    "tar-bomb.tar.gz": ("integrity", "decompression bomb"),
+    "tar-truncated.tar.gz": ("integrity", "cannot read archive"),
+    "not-an-archive.tar.gz": ("integrity", "cannot read archive"),
+    "zip-dotdot.zip": ("integrity", "escapes the extraction folder"),
+    "zip-absolute.zip": ("integrity", "absolute path"),
+    "zip-symlink-out.zip": ("integrity", "points out of the tree"),
+    "zip-bomb.zip": ("integrity", "bomb"),
+    "zip-size-lie.zip": ("integrity", "cannot read archive"),
+}
+
+# patches pushed on symlink-inside.tar.gz (vllm/alias -> ops is allowed; writing through it is not)
+LINK_CASES: dict[str, str] = {
+    "through-link-new.patch": "through the symbolic link 'vllm/alias'",
+    "through-link-edit.patch": "through the symbolic link 'vllm/alias'",
+    "edit-link-itself.patch": "through the symbolic link 'vllm/alias'",
+}
+
+
+# --- sandbox ----------------------------------------------------------------------------------------
+
+
+def _digest_tree(root: Path, skip: set[Path]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if here / d not in skip]
+        for name in [*filenames, *[d for d in dirnames if (here / d).is_symlink()]]:
+            full = here / name
+            rel = str(full.relative_to(root))
+            if full.is_symlink():
+                out[rel] = "link:" + os.readlink(full)
+            else:
+                out[rel] = hashlib.sha256(full.read_bytes()).hexdigest()
+        for d in dirnames:
+            out.setdefault(str((here / d).relative_to(root)) + "/", "dir")
+    return out
+
+
+def _refs(work: Path) -> str:
+    if not (work / ".git").is_dir():
+        return ""
+    proc = subprocess.run(["git", "show-ref", "--head"], cwd=work, capture_output=True, text=True)
+    return proc.stdout
+
+
+class Sandbox:
+    """tmp/ holds the queue q/, the upstream archive and a sentinel folder outside/ beside q/."""
+
+    def __init__(self, tmp: Path, queue: Queue) -> None:
+        self.tmp = tmp
+        self.q = queue
+        sentinel = tmp / "outside"
+        sentinel.mkdir(exist_ok=True)
+        (sentinel / "keep.txt").write_text("must not change\n")
+        Path(os.environ["GQUEUE_CACHE"]).mkdir(parents=True, exist_ok=True)
+
+    def state(self) -> tuple[dict[str, str], str, dict[str, str], list[bool]]:
+        skip = {self.q.root / ".gqueue", self.q.work / ".git"}
+        cache = Path(os.environ["GQUEUE_CACHE"])
+        tree = _digest_tree(self.tmp, skip)
+        tree.pop(str(self.q.work.relative_to(self.tmp)) + "/", None)  # a failed first checkout may leave work/.git
+        return tree, _refs(self.q.work), _digest_tree(cache, set()), [p.exists() for p in OUTSIDE_PROBES]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gqueue", "-C", str(self.q.root), *args],
+                              capture_output=True, text=True, timeout=120)
+
+
+_TEMPLATES: dict[str, Path] = {}
+
+
+def _checked_out(factory: pytest.TempPathFactory, tmp: Path, archive: str | None = None) -> Sandbox:
+    """A checked-out queue on the synthetic upstream (or on a corpus archive), copied from a template."""
+    key = archive or "base"
+    if key not in _TEMPLATES:
+        base = factory.mktemp(f"hostile-template-{key}")
+        q = make_queue(base)
+        if archive is not None:
+            _use_archive(q, base, archive)
+        q.run("checkout")
+        _TEMPLATES[key] = base
+    shutil.copytree(_TEMPLATES[key], tmp, dirs_exist_ok=True, symlinks=True)
+    return Sandbox(tmp, Queue(tmp / "q"))
+
+
+def _use_archive(q: Queue, tmp: Path, archive: str, *, digest: str | None = None) -> None:
+    source = CORPUS / "archives" / archive
+    suffix = ".zip" if archive.endswith(".zip") else ".tar.gz"
+    target = tmp / "upstream" / f"vllm-0.1.0{suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for old in target.parent.iterdir():
+        old.unlink()
+    shutil.copy(source, target)
+    (q.root / "vendor-pin.txt").write_text(f"pin {target.as_uri()}#sha256={digest or sha256(target)}\n")
+
+
+def _assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, ref: str, fragment: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    if code == 3:  # does not apply: the push report names the patch, the file and the hunk
+        failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+        assert len(failed) == 1 and fragment in failed[0], proc.stdout
+        return
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith(("hint: ", "note: "))]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error[{ref}]: ") and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _copy_patch(q: Queue, name: str) -> None:
+    shutil.copy(CORPUS / "patches" / name, q.root / "queue" / name)
+
+
+# --- the cases --------------------------------------------------------------------------------------
+
+
+def test_corpus_is_complete() -> None:
+    """Every committed file of the corpus is one of the cases below (and the reverse)."""
+    patches = {p.name for p in (CORPUS / "patches").iterdir()}
+    used = set(PATCH_CASES) | set(LINK_CASES) | {"ok.patch", "absolute-p0.patch", "dup-id-a.patch", "dup-id-b.patch"}
+    assert patches == used
+    assert {p.name for p in (CORPUS / "series").iterdir()} == set(SERIES_CASES)
+    assert {p.name for p in (CORPUS / "archives").iterdir()} == set(ARCHIVE_CASES) | {"symlink-inside.tar.gz"}
+
+
+@pytest.mark.parametrize("name", sorted(PATCH_CASES))
+def test_hostile_patch(name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    _copy_patch(box.q, name)
+    box.q.set_series(name)
+    before = box.state()
+    code, ref, fragment = PATCH_CASES[name]
+    _assert_one_line_error(box.run("push"), code, ref, fragment)
+    assert box.state() == before
+    assert box.run("status").returncode == 0
+
+
+@pytest.mark.parametrize("name", sorted(SERIES_CASES))
+def test_hostile_series(name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    for patch in ("ok.patch", "dup-id-a.patch", "dup-id-b.patch", "absolute-p0.patch"):
+        _copy_patch(box.q, patch)
+    shutil.copy(CORPUS / "series" / name, box.q.root / "series")
+    before = box.state()
+    code, ref, fragment = SERIES_CASES[name]
+    _assert_one_line_error(box.run("push", "--all"), code, ref, fragment)
+    assert box.state() == before
+
+
+@pytest.mark.parametrize("name", sorted(ARCHIVE_CASES))
+def test_hostile_archive(name: str, tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _use_archive(q, tmp_path, name)
+    box = Sandbox(tmp_path, q)
+    before = box.state()
+    ref, fragment = ARCHIVE_CASES[name]
+    _assert_one_line_error(box.run("checkout"), 1, ref, fragment)
+    tree, refs, cache, probes = box.state()
+    assert (tree, refs, probes) == (before[0], before[1], before[3])
+    assert not q.work.exists() or [p.name for p in q.work.iterdir()] == [".git"]
+    # the download cache may keep the archive it verified, under its own sha256, and nothing else
+    for rel, digest in cache.items():
+        assert digest == "dir" or rel.split("/")[2] == digest, rel
+
+
+def test_wrong_sha256_for_the_pin(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _use_archive(q, tmp_path, "symlink-inside.tar.gz", digest="0" * 64)
+    box = Sandbox(tmp_path, q)
+    before = box.state()
+    _assert_one_line_error(box.run("checkout"), 1, "integrity", "sha256 mismatch")
+    assert box.state() == before  # the cache too: no file and no empty folder left in it
+
+
+def test_wrong_sha256_for_a_cached_file(tmp_path: Path) -> None:
+    """A cache entry whose bytes no longer match its name is fetched again, never used."""
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    cached = next(Path(os.environ["GQUEUE_CACHE"]).rglob("vllm-0.1.0.tar.gz"))
+    cached.write_bytes(cached.read_bytes()[:-10] + b"0123456789")
+    shutil.rmtree(q.work)
+    q.run("checkout")
+    assert (q.work / "vllm/parser.py").read_text() == BASE_FILES["vllm/parser.py"]
+    assert sha256(cached) in (q.root / "vendor-pin.txt").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(LINK_CASES))
+def test_write_through_an_in_tree_link(name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The upstream archive may hold a link that stays inside the tree; a patch may not write through it."""
+    box = _checked_out(tmp_path_factory, tmp_path, archive="symlink-inside.tar.gz")
+    assert os.readlink(box.q.work / "vllm/alias") == "ops"
+    _copy_patch(box.q, name)
+    box.q.set_series(name)
+    before = box.state()
+    _assert_one_line_error(box.run("push"), 1, "unsafe-patch", LINK_CASES[name])
+    assert box.state() == before
+
+
+def test_symlink_in_the_work_tree_pointing_out(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A link the user made in work/ pointing out of the tree: push refuses the dirty tree, writes nothing."""
+    box = _checked_out(tmp_path_factory, tmp_path)
+    os.symlink("../../outside", box.q.work / "vllm" / "escape")
+    _copy_patch(box.q, "ok.patch")
+    (box.q.root / "queue" / "through.patch").write_bytes(
+        (CORPUS / "patches" / "through-link-new.patch").read_bytes().replace(b"vllm/alias/", b"vllm/escape/"))
+    box.q.set_series("through.patch")
+    before = box.state()
+    _assert_one_line_error(box.run("push"), 1, "state", "changes not yet refreshed")
+    assert box.state() == before
+
+
+def test_latin1_content_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    """Not an error: a patch whose lines are Latin-1 applies to a Latin-1 file, bytes unchanged."""
+    files: dict[str, str | bytes] = dict(BASE_FILES)
+    files["vllm/legacy.py"] = b"NAME = 'caf\xe9'\n"
+    archive = make_sdist(tmp_path / "upstream", "0.1.0", files)
+    q = make_queue(tmp_path / "x")
+    (q.root / "vendor-pin.txt").write_text(f"pin {archive.as_uri()}#sha256={sha256(archive)}\n")
+    body = b"--- a/vllm/legacy.py\n+++ b/vllm/legacy.py\n@@ -1 +1 @@\n-NAME = 'caf\xe9'\n+NAME = 'na\xefve'\n"
+    (q.root / "queue" / "L1.patch").write_bytes(b"---\nid: L1\ntitle: latin-1\n...\n" + body)
+    q.set_series("L1.patch")
+    q.run("checkout")
+    q.run("push")
+    assert (q.work / "vllm/legacy.py").read_bytes() == b"NAME = 'na\xefve'\n"
+    q.run("pop")
+    assert (q.work / "vllm/legacy.py").read_bytes() == b"NAME = 'caf\xe9'\n"
+
+
+def test_header_only_patch_is_an_empty_commit(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Not an error: a header with no diff is what 'gqueue new' writes; it pushes as an empty commit."""
+    box = _checked_out(tmp_path_factory, tmp_path)
+    (box.q.root / "queue" / "E1.patch").write_bytes(b"---\nid: E1\ntitle: empty\n...\n")
+    box.q.set_series("E1.patch")
+    assert box.run("push").returncode == 0
+    assert box.run("applied").stdout.split() == ["E1.patch"]
