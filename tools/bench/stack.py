@@ -132,7 +132,7 @@ def main() -> None:
     for tool in ("quilt", "git am"):
         for op in ops:
             if tool in rows and op in rows[tool] and op in g:
-                ratios.append(f"{op}: {rows[tool][op] / g[op]:.1f}× faster than {tool}")
+                ratios.append(f"{op}: {tool} takes {rows[tool][op] / g[op]:.1f}× gqueue's time")
     lines += ["", "Ratios (same run): " + "; ".join(ratios) + ".", "",
               f"Command: `python tools/bench/stack.py -n {args.n}`"]
     text = "\n".join(lines) + "\n"
