@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 if TYPE_CHECKING:
     import git as gitpython
@@ -189,13 +189,8 @@ class WorkRepo:
         return self.run("diff", *DIFF_OPTIONS, old, new, "--", *paths)
 
     # writing ------------------------------------------------------------------
-    def write_commits(self, parent: str, specs: list[CommitSpec], ref: str, date: str = FIXED_DATE) -> list[str]:
-        """Write a chain of commits on ``parent`` in one fast-import run; ``ref`` ends at the last.
-
-        ``ref`` should be a scratch ref: callers move the branch themselves with a CAS.
-        """
-        if not specs:
-            return []
+    def _fast_import(self, write: Callable[[Callable[[bytes], object]], None]) -> dict[int, str]:
+        """Run one ``git fast-import`` fed by ``write``; return its marks (mark number -> sha)."""
         with tempfile.TemporaryDirectory(prefix="gqueue-fi-") as tmp:
             marks = Path(tmp) / "marks"
             proc = subprocess.Popen(
@@ -203,8 +198,8 @@ class WorkRepo:
                 cwd=self.path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
             )
             assert proc.stdin is not None
-            try:
-                self._stream(proc.stdin, parent, specs, ref, date)
+            try:  # if fast-import dies, its stderr says why; the broken pipe does not
+                write(proc.stdin.write)
                 proc.stdin.write(b"done\n")
                 proc.stdin.close()
             except BrokenPipeError:
@@ -213,65 +208,46 @@ class WorkRepo:
             if proc.wait() != 0:
                 raise GitError(f"git fast-import failed: {err.decode('utf-8', 'replace').strip()[-300:]}")
             fault_point("git")
-            mark_map = {}
+            found = {}
             for line in marks.read_text().splitlines():
                 mark, sha = line.split()
-                mark_map[int(mark[1:])] = sha
-        return [mark_map[i + 1] for i in range(len(specs))]
+                found[int(mark[1:])] = sha
+        return found
 
-    def _stream(self, out, parent: str, specs: list[CommitSpec], ref: str, date: str) -> None:  # noqa: ANN001
-        w = out.write
-        w(f"reset {ref}\nfrom {parent}\n\n".encode())
-        for number, spec in enumerate(specs, start=1):
-            msg = spec.message.encode("utf-8")
-            w(f"commit {ref}\nmark :{number}\n".encode())
-            w(f"author {spec.author} {date}\ncommitter gqueue <gqueue@localhost> {date}\n".encode())
-            w(b"data %d\n%s\n" % (len(msg), msg))
-            if number == 1:
-                w(f"from {parent}\n".encode())
-            for path, change in sorted(spec.changes.items()):
-                quoted = _fi_path(path)
-                if change is None:
-                    w(b"D " + quoted + b"\n")
-                else:
-                    mode, data = change
-                    w(b"M " + mode.encode() + b" inline " + quoted + b"\n")
-                    w(b"data %d\n" % len(data))
-                    w(data)
-                    w(b"\n")
-            w(b"\n")
+    def write_commits(self, parent: str, specs: list[CommitSpec], ref: str, date: str = FIXED_DATE) -> list[str]:
+        """Write a chain of commits on ``parent`` in one fast-import run; ``ref`` ends at the last.
+
+        ``ref`` should be a scratch ref: callers move the branch themselves with a CAS.
+        """
+        if not specs:
+            return []
+
+        def stream(w: Callable[[bytes], object]) -> None:
+            w(f"reset {ref}\nfrom {parent}\n\n".encode())
+            for number, spec in enumerate(specs, start=1):
+                _commit_header(w, ref, number, spec.author, spec.message, date)
+                if number == 1:
+                    w(f"from {parent}\n".encode())
+                for path, change in sorted(spec.changes.items()):
+                    if change is None:
+                        w(b"D " + _fi_path(path) + b"\n")
+                    else:
+                        _file(w, path, *change)
+                w(b"\n")
+
+        marks = self._fast_import(stream)
+        return [marks[i + 1] for i in range(len(specs))]
 
     def import_tree(self, files: Iterator[tuple[str, str, bytes]], message: str, ref: str, tag: str) -> str:
         """Import a whole tree as a root commit (one fast-import stream) and tag it."""
-        with tempfile.TemporaryDirectory(prefix="gqueue-fi-") as tmp:
-            marks = Path(tmp) / "marks"
-            proc = subprocess.Popen(
-                ["git", *CONFIG, "fast-import", "--quiet", "--done", f"--export-marks={marks}", "--force"],
-                cwd=self.path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
-            )
-            assert proc.stdin is not None
-            w = proc.stdin.write
-            msg = message.encode()
-            try:  # if fast-import dies, its stderr says why; the broken pipe does not
-                w(f"commit {ref}\nmark :1\n".encode())
-                w(f"author gqueue <gqueue@localhost> {FIXED_DATE}\ncommitter gqueue <gqueue@localhost> {FIXED_DATE}\n".encode())
-                w(b"data %d\n%s\n" % (len(msg), msg))
-                for path, mode, data in files:
-                    w(b"M " + mode.encode() + b" inline " + _fi_path(path) + b"\n")
-                    w(b"data %d\n" % len(data))
-                    w(data)
-                    w(b"\n")
-                w(b"\n")
-                w(f"reset refs/tags/{tag}\nfrom :1\n\ndone\n".encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            err = proc.stderr.read() if proc.stderr else b""
-            if proc.wait() != 0:
-                raise GitError(f"git fast-import failed: {err.decode('utf-8', 'replace').strip()[-300:]}")
-            sha = marks.read_text().split()[1]
-        fault_point("git")
-        return sha
+
+        def stream(w: Callable[[bytes], object]) -> None:
+            _commit_header(w, ref, 1, "gqueue <gqueue@localhost>", message, FIXED_DATE)
+            for path, mode, data in files:
+                _file(w, path, mode, data)
+            w(f"\nreset refs/tags/{tag}\nfrom :1\n\n".encode())
+
+        return self._fast_import(stream)[1]
 
     def update_ref(self, ref: str, new: str, old: str | None = None) -> None:
         args = ["update-ref", "-m", "gqueue", ref, new]
@@ -380,6 +356,20 @@ class WorkRepo:
             if current is not None:
                 current.append(line)
         return [b"".join(c) for c in chunks]
+
+
+def _commit_header(w: Callable[[bytes], object], ref: str, mark: int, author: str, message: str, date: str) -> None:
+    msg = message.encode("utf-8")
+    w(f"commit {ref}\nmark :{mark}\n".encode())
+    w(f"author {author} {date}\ncommitter gqueue <gqueue@localhost> {date}\n".encode())
+    w(b"data %d\n%s\n" % (len(msg), msg))
+
+
+def _file(w: Callable[[bytes], object], path: str, mode: str, data: bytes) -> None:
+    w(b"M " + mode.encode() + b" inline " + _fi_path(path) + b"\n")
+    w(b"data %d\n" % len(data))
+    w(data)
+    w(b"\n")
 
 
 def _fi_path(path: str) -> bytes:
