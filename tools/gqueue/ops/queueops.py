@@ -21,7 +21,7 @@ from .workspace import Workspace
 
 SERIES_HEADER = "# gqueue series: one patch a line, applied top to bottom (quilt format).\n"
 PIN_HEADER = "# The upstream release this queue is maintained against: LABEL SOURCE [sdist=sha256:...] [wheel=sha256:...]\n"
-GITIGNORE = "/work/\n/.gqueue/\n/dist/\n"
+GITIGNORE = "/work\n/.gqueue/\n/dist/\n"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
 
 
