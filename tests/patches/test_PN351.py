@@ -9,11 +9,9 @@ runs the real kernel.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+from _interpreted import run_interpreted
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
@@ -72,17 +70,7 @@ print(json.dumps({
 
 
 def _run() -> dict:
-    env = dict(os.environ)
-    env.update(
-        TRITON_INTERPRET="1",
-        CUDA_VISIBLE_DEVICES="",
-        PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(TREE)]),
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(SCRIPT, TREE, REPO / "kernels")
 
 
 def test_fixed_head_dim_512_gets_8_warps_2_stages(switch):
