@@ -9,7 +9,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -62,7 +61,7 @@ class QueueLock:
             self.stale = previous  # a holder that died without releasing its record
         record = {
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": os.uname().nodename,
             "command": " ".join(["gqueue", *sys.argv[1:]])[:200],
             "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import tempfile
@@ -11,13 +12,26 @@ from typing import Any
 import click
 
 from ..errors import ExitCode, StateError, UsageError
-from ..model.profile import POLICIES
-from ..ops import checkout as checkout_op
-from ..ops import plan, queueops, recovery, stackops
+from ..model.policies import POLICIES
+from ..ops import stackops
 from ..ops.workspace import Workspace
-from ..upstream.resolve import record_hashes
 from .main import Context, boundary, cli
 from .render import push_report
+
+
+class _OnDemand:
+    """A module imported on first use: push, pop and refresh start without the others."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(f"..ops.{self._name}", __package__), attr)
+
+
+plan = _OnDemand("plan")
+queueops = _OnDemand("queueops")
+recovery = _OnDemand("recovery")
 
 Result = tuple[Any, str, int]
 
@@ -40,6 +54,8 @@ def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
     """Show the pins of vendor-pin.txt; --record fills in their hashes from the index."""
     pins = ws.store.read_pins()
     if record:
+        from ..upstream.resolve import record_hashes  # the download stack loads only here
+
         for entry in pins.pins:
             pins = pins.with_line(record_hashes(entry, wheel=wheel and entry.label == "pin"))
         ws.store.write_pins(pins)
@@ -54,6 +70,8 @@ def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
 @boundary("checkout")
 def checkout(ws: Workspace) -> Result:
     """Fetch the pinned sdist (verified, cached) and make the work tree at work/."""
+    from ..ops import checkout as checkout_op  # the download stack loads only here
+
     result = checkout_op.checkout(ws)
     verb = "created" if result.created else "already there"
     return result.to_json(), f"work/ on {result.pin}: {result.files} files, base {result.base[:12]} ({verb}, {result.seconds:.1f}s)", ExitCode.OK

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from ..errors import FormatError
@@ -98,6 +97,9 @@ class PinFile:
         return parse_pins("".join(lines), path=self.path)
 
 
+_SIMPLE_PIN = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([0-9][0-9A-Za-z.+!_-]*)\Z")
+
+
 def format_pin_line(pin: Pin) -> str:
     opts = "".join(f" {k}={v}" for k, v in pin.options.items())
     return f"{pin.label} {pin.source}{opts}\n"
@@ -122,6 +124,14 @@ def parse_source(source: str, *, path: str = "vendor-pin.txt", line: int = 0) ->
         if not _HEX.match(digest):
             raise FormatError(f"'{digest}' is not a sha256 hex digest", path=path, line=line)
         return match.group("stem").replace("_", "-").lower(), match.group("version"), url
+    simple = _SIMPLE_PIN.match(source)
+    if simple:  # the common 'name==X.Y.Z' without packaging.requirements (10 ms of start-up)
+        try:
+            return simple.group(1).lower(), str(Version(simple.group(2))), None
+        except InvalidVersion:
+            raise FormatError(f"invalid version in '{source}'", path=path, line=line) from None
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         req = Requirement(source)
     except InvalidRequirement as exc:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FormatError
+from .policies import POLICIES
 from .safeyaml import load_mapping
 from .series import SeriesEntry
 
-POLICIES = ("compat", "safe", "minimal")
 DROPPED_ROLES: dict[str, tuple[str, ...]] = {
     "compat": (),
     "safe": ("no_op",),

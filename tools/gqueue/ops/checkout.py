@@ -11,6 +11,7 @@ from ..upstream.resolve import sdist_path
 from ..vcs.git import BRANCH
 from .workspace import Workspace
 
+SETTLE_FROM = 1000  # files; re-reading a smaller tree's racy entries costs less than the wait
 EXCLUDES = "# gqueue\n__pycache__/\n*.py[cod]\n*.so\n*.egg-info/\n/build/\n"
 
 
@@ -58,4 +59,6 @@ def checkout(ws: Workspace) -> CheckoutResult:
         ws.repo.update_ref(BRANCH, commit)
         ws.repo.set_head(BRANCH)
         ws.repo.checkout_fresh(commit)
+        if files >= SETTLE_FROM:
+            ws.repo.settle_index()
     return CheckoutResult(pin.describe(), commit, files, created, time.monotonic() - start)

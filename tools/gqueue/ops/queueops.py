@@ -12,7 +12,6 @@ from ..fsutil import atomic_write
 from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch
 from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
 from ..store import PIN, QUEUE, SERIES, Store
-from ..upstream.resolve import record_hashes
 from ..vcs.git import CommitSpec
 from .engine import file_diffs
 from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean
@@ -42,6 +41,8 @@ def init(directory: Path, pin_spec: str, *, record: bool = True) -> InitResult:
     project, version, url = parse_source(pin_spec, path="--pin")
     pin = Pin("pin", pin_spec, project, version, url, {}, 1)
     if record:
+        from ..upstream.resolve import record_hashes  # the download stack loads only here
+
         pin = record_hashes(pin)
     (directory / QUEUE).mkdir(exist_ok=True)
     atomic_write(directory / PIN, (PIN_HEADER + format_pin_line(pin)).encode())

@@ -263,7 +263,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
                 tally.merged.append(name)
         else:
             stop = (patch, outcome)
-            specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
+            specs.append(CommitSpec(commit_message(patch, whole=False), outcome.changes, commit_author(patch)))
             break
         state["done"].append(name)
     target = head

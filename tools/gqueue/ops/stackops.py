@@ -12,14 +12,21 @@ from ..model.series import Series
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
 from .engine import PatchResult, TreeView, apply_patch, touched_paths
 from .transaction import move, save_local_changes
-from .workspace import Stack, Workspace
+from .workspace import DIFF_TRAILER, Stack, Workspace
 
 PENDING = "refs/gqueue/pending"
 
 
-def commit_message(patch: PatchFile) -> str:
+def diff_digest(patch: PatchFile) -> str:
+    """Names the diff text a commit was built from (refresh's check for hand edits)."""
+    return hashlib.sha256(patch.body).hexdigest()[:20]
+
+
+def commit_message(patch: PatchFile, *, whole: bool = True) -> str:
+    """The commit's message; ``whole``: the commit holds the entire diff (not a forced partial push)."""
     title = patch.meta.title or patch.name
-    return f"{title}\n\nGqueue-Id: {patch.meta.id}\n{TRAILER}: {patch.name}\n"
+    digest = f"{DIFF_TRAILER}: {diff_digest(patch)}\n" if whole else ""
+    return f"{title}\n\nGqueue-Id: {patch.meta.id}\n{digest}{TRAILER}: {patch.name}\n"
 
 
 def commit_author(patch: PatchFile) -> str:
@@ -123,7 +130,11 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         patches.append(patch)
     if specs:
         commits = ws.repo.write_commits(stack.head, specs, PENDING)
-        move(ws, stack.head, commits[-1], op="push")
+        final: dict[str, tuple[str, bytes] | None] = {}
+        for spec in specs:
+            final.update(spec.changes)
+        old_modes = {p: view.entries[p].mode for p in final if p in view.entries}
+        move(ws, stack.head, commits[-1], op="push", clean=True, changes=final, old_modes=old_modes)
         ws.repo.delete_ref(PENDING)
         result.top = (result.failed.name if result.forced else patches[-1].name) if patches or result.forced else None
     if result.forced:
@@ -166,7 +177,7 @@ def _force_apply(ws: Workspace, view: TreeView, patch: PatchFile, strip: int, ou
         partial = apply_hunks(current[1], fd, partial=True)
         if partial.new is not None:
             changes[fd.path] = (current[0], partial.new)
-    specs.append(CommitSpec(commit_message(patch), changes, commit_author(patch)))
+    specs.append(CommitSpec(commit_message(patch, whole=False), changes, commit_author(patch)))
     result.forced = True
 
 
@@ -210,7 +221,7 @@ def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, forc
     else:
         require_clean(ws, "pop")
     new = stack.commit_below(keep)
-    move(ws, stack.head, new, op="pop", force=force)
+    move(ws, stack.head, new, op="pop", force=force, clean=not force)
     popped = names[keep:]
     if ws.needs_refresh_path.exists() and ws.needs_refresh_path.read_text().strip() in popped:
         os.unlink(ws.needs_refresh_path)
@@ -250,7 +261,7 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     patch = ws.store.read_patch(top.name)
     parent = stack.commit_below(len(stack.applied) - 1)
     forced_push = ws.needs_refresh_path.exists()
-    if not force and not forced_push:
+    if not force and not forced_push and top.diff_digest != diff_digest(patch):
         _require_patch_matches_commit(ws, patch, parent, top.commit)
     if forced_push:
         _remove_rejects(ws)
@@ -260,10 +271,11 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     new_patch = with_body(patch, body)
     files = sorted({line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"+++ b/")}
                    | {line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"--- a/")})
-    unchanged = format_patch(new_patch) == format_patch(patch) and tree == ws.repo.tree_of(top.commit)
+    top_tree = top.tree or ws.repo.tree_of(top.commit)
+    unchanged = format_patch(new_patch) == format_patch(patch) and tree == top_tree and top.diff_digest == diff_digest(patch)
     if unchanged:
         return RefreshResult(top.name, False, files)
-    new_commit = ws.repo.commit_tree(tree, parent, commit_message(patch), commit_author(patch))
+    new_commit = ws.repo.commit_tree(tree, parent, commit_message(new_patch), commit_author(new_patch))
     digest = hashlib.sha256(format_patch(new_patch)).hexdigest()
     ws.write_journal({"op": "refresh", "old": top.commit, "new": new_commit, "patch": top.name, "sha256": digest})
     ws.store.write_patch(new_patch)

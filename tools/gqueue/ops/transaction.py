@@ -18,13 +18,20 @@ from .workspace import Workspace
 QUEUE_EDIT = "queue-edit.json"
 
 
-def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False) -> None:
-    """Move HEAD, index and files from ``old`` to ``new``; journaled."""
+def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False, clean: bool = False,
+         changes: dict[str, tuple[str, bytes] | None] | None = None, old_modes: dict[str, str] | None = None) -> None:
+    """Move HEAD, index and files from ``old`` to ``new``; journaled.
+
+    ``clean``: the caller found the work tree clean in this command (under the lock), so the
+    files may be written directly (``changes``/``old_modes``: what it already knows of them).
+    """
     if old == new:
         return
     ws.write_journal({"op": op, "old": old, "new": new, **({"force": True} if force else {})})
     if force:
         ws.repo.checkout_fresh(new)
+    elif clean:
+        ws.repo.move_clean(old, new, changes, old_modes)
     else:
         ws.repo.switch_tree(old, new)
     ws.repo.update_ref(BRANCH, new, old)

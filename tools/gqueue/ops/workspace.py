@@ -21,12 +21,15 @@ from ..vcs.git import BRANCH, TRAILER, WorkRepo
 from .reporter import Reporter, SilentReporter
 
 STATE_DIR = ".gqueue"
+DIFF_TRAILER = "Gqueue-Diff"
 
 
 @dataclass(frozen=True)
 class Applied:
     name: str
     commit: str
+    tree: str = ""
+    diff_digest: str | None = None  # the Gqueue-Diff trailer: which patch text built the commit
 
 
 @dataclass(frozen=True)
@@ -131,23 +134,28 @@ class Workspace:
 
     def stack(self) -> Stack:
         self.require_work()
-        base = self.base_commit()
-        head = self.repo.head()
-        if head is None:
-            raise StateError("the work tree has no HEAD", path="work", hint="run 'gqueue repair'")
+        pin = self.pin()
+        both = self.repo.revs(f"refs/tags/{pin.tag_name}", "HEAD")  # one process in the usual case
+        if both is None:
+            base = self.base_commit(pin)
+            if self.repo.head() is None:
+                raise StateError("the work tree has no HEAD", path="work", hint="run 'gqueue repair'")
+            raise StateError("the work tree's HEAD cannot be read", path="work", hint="run 'gqueue repair'")
+        base, head = both
         if head == base:
             return Stack(base, head, ())
-        if not self.repo.is_ancestor(base, head):
+        chain = self.repo.chain_with_parents(head, base)
+        if not chain or chain[0][1] != base:  # the first-parent line from HEAD does not pass the pin
             raise StateError("HEAD of the work tree is not on the pinned release", path="work", hint="run 'gqueue repair'")
         applied = []
-        for sha, message in self.repo.first_parent_chain(head, base):
+        for sha, _parent, tree, message in chain:
             name = trailer_value(message)
             if name is None:
                 raise StateError(
                     f"commit {sha[:12]} in the work tree is not a gqueue patch commit", path="work",
                     hint="run 'gqueue repair' to turn it back into work-tree changes",
                 )
-            applied.append(Applied(name, sha))
+            applied.append(Applied(name, sha, tree, trailer_value(message, DIFF_TRAILER)))
         return Stack(base, head, tuple(applied))
 
     def on_branch(self) -> bool:

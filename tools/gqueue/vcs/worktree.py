@@ -1,0 +1,128 @@
+"""Writing a stack move's files straight into a clean work tree.
+
+git's checkout replaces every file it writes (unlink + create), which on common file
+systems costs several times an in-place rewrite of the same bytes (ext4: about 0.3 ms a
+file against 0.01 ms). A push or pop of a
+clean work tree knows the exact bytes of every path it changes, so it writes them itself
+and lets git only restat them into the index. Anything unusual — links, a file standing
+where a directory must go, hard-linked files, paths that attributes may convert — makes
+``plan_writes`` answer None, and the caller leaves the move to git.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..fsutil import fault_point
+
+REGULAR = ("100644", "100755")
+
+
+@dataclass(frozen=True)
+class Write:
+    path: str
+    mode: str | None  # None deletes
+    data: bytes = b""
+    exists: bool = False  # a regular file is there now (rewritten in place)
+    chmod: bool = False  # ... whose executable bit changes
+
+
+def _unsafe(path: str) -> bool:
+    parts = path.split("/")
+    return (not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts)
+            or any(p.lower() == ".git" for p in parts) or parts[-1] == ".gitattributes")
+
+
+def _parents_are_dirs(root: Path, path: str) -> bool:
+    """Every existing leading directory of ``path`` is a real directory (no link, no file)."""
+    current = root
+    for part in path.split("/")[:-1]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return True
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+    return True
+
+
+def plan_writes(root: Path, old_modes: dict[str, str], changes: dict[str, tuple[str, bytes] | None]) -> list[Write] | None:
+    """What to write for ``changes`` (path -> (mode, bytes) or None) over a clean tree.
+
+    ``old_modes`` gives the mode each changed path has in the commit the tree holds now
+    (absent: not tracked). Returns None when git should make the move instead.
+    """
+    writes: list[Write] = []
+    for path, change in sorted(changes.items()):
+        old = old_modes.get(path)
+        if _unsafe(path) or (old is not None and old not in REGULAR) or (change is not None and change[0] not in REGULAR):
+            return None
+        if not _parents_are_dirs(root, path):
+            return None
+        try:
+            st = os.lstat(root / path)
+        except FileNotFoundError:
+            st = None
+        if old is None:
+            if st is not None:
+                return None  # an untracked or ignored file is in the way: git decides
+            if change is not None:
+                writes.append(Write(path, change[0], change[1]))
+            continue
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return None
+        if change is None:
+            writes.append(Write(path, None))
+        else:
+            writes.append(Write(path, change[0], change[1], exists=True, chmod=change[0] != old))
+    return writes
+
+
+def _file_mode(mode: str, umask: int) -> int:
+    return (0o777 if mode == "100755" else 0o666) & ~umask
+
+
+def apply_writes(root: Path, writes: list[Write]) -> None:
+    """Carry out ``plan_writes``' list: deletions first, then rewrites and new files."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for w in writes:
+        if w.mode is None:
+            fault_point("worktree")
+            target = root / w.path
+            target.unlink()
+            _prune_empty_dirs(root, target.parent)
+    for w in writes:
+        if w.mode is None:
+            continue
+        fault_point("worktree")
+        target = root / w.path
+        if w.exists:
+            # overwrite, then cut to length: truncating first frees and reallocates every block
+            fd = os.open(target, os.O_WRONLY)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _file_mode(w.mode, umask))
+        try:
+            view = memoryview(w.data)
+            while view:
+                view = view[os.write(fd, view):]
+            if w.exists:
+                os.ftruncate(fd, len(w.data))
+            if w.chmod:
+                os.fchmod(fd, _file_mode(w.mode, umask))
+        finally:
+            os.close(fd)
+
+
+def _prune_empty_dirs(root: Path, directory: Path) -> None:
+    while directory != root and root in directory.parents:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        directory = directory.parent
