@@ -169,6 +169,61 @@ def test_word_path_decode_and_verify(words, pf):
     assert rel_err(out, _ref(cv, lay, verify=True, raw_tail=False)) < DEQ_BOUND
 
 
+@pytest.mark.parametrize("hq,hk,page", [(12, 2, 16), (16, 2, 32)], ids=["gqa6-page16", "gqa8-page32"])
+def test_word_path_two_tiles_ahead(hq, hk, page):
+    """prefetch=2 (two tiles requested ahead): odd lengths, short splits, NaN bytes past the end."""
+    D = 128
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [203, 1, 0, 95, 33]
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
+                    layout=lay, generator=torch.Generator().manual_seed(hq + page), device=DEV)
+    for b, L in enumerate(seqs):
+        if L:
+            last = int(c["block_table"][b, (L - 1) // page])
+            c["kv_cache"][last, L % page :] = 0xFF
+    keep = [0, 1, 3, 4]
+    ref = _ref(c, lay)
+    for bn, splits in ((16, 3), (32, 2), (64, 5)):
+        out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, 4, 1, "n", 2, words=4))
+        assert not torch.isnan(out).any()
+        assert torch.all(out[2] == 0)
+        assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
+    cv = random_case(seq_lens=[77, 40, 9], query_lens=[6, 3, 8], num_heads=hq, num_kv_heads=hk, head_dim=D,
+                     block_size=page, layout=lay, generator=torch.Generator().manual_seed(5), device=DEV)
+    out = _run_verify(cv, lay, num_splits=3, tiles=TileConfig(32, 4, 1, "n", 2, words=2))
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
+
+
+@pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
+def test_scale_zero_word_matches_two_halves(pf):
+    """Byte path: scale/zero read as one int32 word (default) or as two fp16 loads, same result."""
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    seqs = [150, 37, 0, 64]
+    c = random_case(seq_lens=seqs, num_heads=16, num_kv_heads=2, head_dim=64, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(21), device=DEV)
+    for b, L in enumerate(seqs):
+        if L % 16:
+            c["kv_cache"][int(c["block_table"][b, (L - 1) // 16]), L % 16 :] = 0xFF
+    ref = _ref(c, lay)
+    keep = [0, 1, 3]
+    outs = []
+    for szw in (True, False):
+        out = _run_decode(c, lay, num_splits=3, tiles=TileConfig(32, 4, 1 if pf else 3, "n", pf, sz_word=szw))
+        assert not torch.isnan(out).any()
+        assert torch.all(out[2] == 0)
+        assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
+        outs.append(out.float())
+    assert rel_err(outs[0], outs[1]) < 1e-3
+    cv = random_case(seq_lens=[70, 41], query_lens=[6, 5], num_heads=12, num_kv_heads=2, head_dim=64,
+                     block_size=16, layout=lay, generator=torch.Generator().manual_seed(22), device=DEV)
+    for raw_tail in (True, False):
+        out = _run_verify(cv, lay, raw_tail=raw_tail, num_splits=2,
+                          tiles=TileConfig(32, 4, 1 if pf else 3, "n", pf, sz_word=True))
+        assert not torch.isnan(out).any()
+        assert rel_err(out, _ref(cv, lay, verify=True, raw_tail=raw_tail)) < DEQ_BOUND
+
+
 @pytest.mark.parametrize("preset", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
 def test_decode_other_presets(preset):
     lay = TQLayout.from_preset(preset, 64)

@@ -211,11 +211,14 @@ def _check_case(case):
             from vllm_genesis.turboquant._launch import TileConfig
 
             alts = {}
+            T = TileConfig
             if qlens is None:
-                alt_tiles = (TileConfig(32, 4, 1, "n", True, words=4), TileConfig(32, 4, 1, "n", True, words=2),
-                             TileConfig(32, 4, 3, words=4), TileConfig(64, 4, 3, words=4))
+                alt_tiles = (T(32, 4, 1, "n", True, words=4), T(32, 4, 1, "n", 2, words=4), T(64, 4, 1, "n", True, words=2),
+                             T(64, 4, 1, "n", 2, words=4), T(32, 4, 1, "n", 2, maxnreg=128, words=4),
+                             T(64, 4, 3, maxnreg=168), T(64, 4, 3, maxnreg=168, sz_word=False), T(64, 8, 3),
+                             T(64, 4, 1, "n", True, maxnreg=168), T(32, 4, 1, "n", True, words=4, fused_sums=False))
             else:
-                alt_tiles = (TileConfig(32, 4, 3, words=2),)
+                alt_tiles = (T(32, 4, 3, words=2), T(32, 4, 3, sz_word=False), T(64, 4, 3), T(32, 4, 1, "n", 2, words=2))
             for t in alt_tiles:
                 o2 = torch.full_like(c["query"], float("nan"))
                 if qlens is None:
@@ -262,6 +265,39 @@ def upstream_module():
             print(f"no upstream copy under {d}; upstream columns skipped")
         _UP.append(mod)
     return _UP[0]
+
+
+def tile_key(t) -> str:
+    return (f"{t.kernel}{t.block_n}x{t.num_warps}w{t.num_stages}s"
+            + (f"pf{int(t.prefetch)}" if t.prefetch else "") + (f"r{t.maxnreg}" if t.maxnreg else "")
+            + (f"W{t.words}" if t.words else "") + ("" if t.sz_word else "-sz16")
+            + ("" if t.fused_sums else "-unfused"))
+
+
+def tune_variants(kind, B, D, rows, S):
+    """(label, tiles, splits) of the --tune sweep for one row; the first is the previous default.
+
+    ``S`` is the split count the launcher picks (``pick_num_splits``).
+    """
+    from vllm_genesis.turboquant._launch import TileConfig as T
+
+    if rows > 16:  # verify
+        old = T(32, 4, 3, sz_word=False, fused_sums=False)
+        tiles = [T(32, 4, 3), T(16, 4, 3), T(64, 4, 3)]
+        splits = [(T(32, 4, 3), S * 3 // 4), (T(32, 4, 3), S * 3 // 2)]
+    elif D >= 256:
+        old = T(32, 4, 1, "n", True, words=4, fused_sums=False)
+        tiles = [T(32, 4, 1, "n", True, words=4), T(64, 4, 1, "n", True, words=4, fused_sums=False),
+                 T(64, 4, 1, "n", True, words=4), T(64, 4, 1, "n", 2, words=4)]
+        splits = [(T(64, 4, 1, "n", True, words=4), max(1, S // 2)), (T(64, 4, 1, "n", True, words=4), S * 3 // 2)]
+    else:
+        old = T(64, 4, 3, maxnreg=168, sz_word=False, fused_sums=False)
+        tiles = [T(64, 4, 3, maxnreg=168, fused_sums=False), T(64, 4, 3, maxnreg=168), T(128, 4, 2, maxnreg=168),
+                 T(64, 4, 1, "n", 2, words=4)]
+        splits = [(T(64, 4, 3, maxnreg=168), max(1, S // 2)), (T(64, 4, 3, maxnreg=168), max(1, S // 4))]
+    out = [(tile_key(old) + " (old default)", old, S)] + [(tile_key(t), t, S) for t in tiles]
+    out += [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in splits]
+    return out
 
 
 def time_row(row, copy_bps):
@@ -378,26 +414,8 @@ def time_row(row, copy_bps):
     res["sdpa_bytes"] = sdpa_bytes
     if ARGS.tune:
         variants = {}
-        m_pad = max(16, 1 << (QL * (Hq // Hk) - 1).bit_length())
-        if m_pad > 16:
-            tiles = [TileConfig(32, 4, 3), TileConfig(32, 4, 3, words=2), TileConfig(32, 8, 3, words=2),
-                     TileConfig(16, 4, 3, words=2), TileConfig(64, 8, 3, words=2)]
-        elif D >= 256:
-            tiles = [TileConfig(32, 4, 1, "n", True), TileConfig(64, 4, 3), TileConfig(32, 4, 1, "n", True, words=2),
-                     TileConfig(32, 4, 1, "n", True, words=4), TileConfig(32, 4, 3, words=4),
-                     TileConfig(32, 4, 1, "n", True, words=2, maxnreg=168)]
-        else:
-            tiles = [TileConfig(64, 4, 3, maxnreg=168), TileConfig(64, 4, 3, words=4), TileConfig(32, 4, 3, words=4),
-                     TileConfig(32, 4, 1, "n", True, words=4), TileConfig(64, 4, 3, words=4, maxnreg=168),
-                     TileConfig(32, 4, 1, "n", True, words=2)]
-        for t in tiles:
-            key = (f"{t.kernel}{t.block_n}x{t.num_warps}w{t.num_stages}s" + ("pf" if t.prefetch else "")
-                   + (f"r{t.maxnreg}" if t.maxnreg else "") + (f"W{t.words}" if t.words else ""))
-            variants[key] = safe(ours(t))
-        for f in ((0.5, 1.5, 2.0) if B == 1 else (0.5, 2.0)):
-            s2 = max(1, int(S * f))
-            variants[f"splits{s2}"] = safe(ours(splits=s2))
-        variants["dot_bf16"] = safe(ours(dot_bf16=True))
+        for key, t, s2 in tune_variants(kind, B, D, QL * (Hq // Hk), S):
+            variants[key] = safe(ours(t, splits=s2) if s2 != S else ours(t))
         res["variants"] = variants
         print(f"  variants {kind} B={B} L={L}: " + ", ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in variants.items()), flush=True)

@@ -108,6 +108,19 @@ def _u4_words(w, ASM: tl.constexpr):
 
 
 @triton.jit
+def _add2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _scale_zero(w):
+    """int32 words holding the fp16 value scale (low half) and zero (high half) -> fp32."""
+    vs = (w & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    vz = ((w >> 16) & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    return vs, vz
+
+
+@triton.jit
 def _tq_split_kernel(
     QR,  # [T, Hq, D] query (rotated for MSE keys), any float dtype
     KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
@@ -146,9 +159,17 @@ def _tq_split_kernel(
     DOT_BF16: tl.constexpr,
     PREFETCH: tl.constexpr = False,
     WORDS: tl.constexpr = 0,
+    SZW: tl.constexpr = False,  # scale/zero pair readable as one aligned int32 word
+    PF_DEPTH: tl.constexpr = 1,  # word path, PREFETCH: tiles requested ahead (1 or 2)
+    HEAD_MAJOR: tl.constexpr = False,  # grid (HK, splits, B) instead of (splits, HK, B)
+    FUSE_SUMS: tl.constexpr = False,  # fp8 paths: sum(p) and sum(p * zero) in one reduction
 ):
-    sid = tl.program_id(0)
-    hk = tl.program_id(1)
+    if HEAD_MAJOR:
+        hk = tl.program_id(0)
+        sid = tl.program_id(1)
+    else:
+        sid = tl.program_id(0)
+        hk = tl.program_id(1)
     b = tl.program_id(2)
 
     seq_len = tl.load(SeqLens + b)
@@ -252,16 +273,29 @@ def _tq_split_kernel(
         vwo = row_w[None, :, None] + KPS // 4 + dv[None, None, :]
         swo = row_w[None, :] + (KPS + VAL_BYTES) // 4
         last_page = (end - 1) // PAGE
+        # PREFETCH: tiles up to PF_DEPTH ahead are requested before a tile is computed
+        # (word offsets of their pages carried in registers), and the block ids of the tile
+        # after those
         if PREFETCH:
             nz = (start + pg * 0) < end
             p0 = tl.maximum(tl.minimum(start // PAGE + pg, last_page), 0)
             b0 = tl.load(bt_row + p0, mask=nz, other=0).to(tl.int64)
+            p1 = tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0)
+            blk_n = tl.load(bt_row + p1, mask=nz, other=0)
+            if PF_DEPTH >= 2:
+                p2 = tl.maximum(tl.minimum((start + 2 * BLOCK_N) // PAGE + pg, last_page), 0)
+                blk_nn = tl.load(bt_row + p2, mask=nz, other=0)
             pb0 = tl.multiple_of(b0 * stride_kb + kv_head + (start % PAGE) * stride_kp, ALIGN)
             kw_n = tl.load(KVW + (pb0 // 4)[:, None, None] + kwo, mask=nz[:, None, None], other=0)
             vw_n = tl.load(KVW + (pb0 // 4)[:, None, None] + vwo, mask=nz[:, None, None], other=0)
             sw_n = tl.load(KVW + (pb0 // 4)[:, None] + swo, mask=nz[:, None], other=0)
-            p1 = tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0)
-            blk_n = tl.load(bt_row + p1, mask=nz, other=0)
+            if PF_DEPTH >= 2:
+                n1 = start + BLOCK_N
+                pb1 = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + (n1 % PAGE) * stride_kp, ALIGN)
+                kw_nn = tl.load(KVW + (pb1 // 4)[:, None, None] + kwo, mask=nz[:, None, None], other=0)
+                vw_nn = tl.load(KVW + (pb1 // 4)[:, None, None] + vwo, mask=nz[:, None, None], other=0)
+                sw_nn = tl.load(KVW + (pb1 // 4)[:, None] + swo, mask=nz[:, None], other=0)
+                blk_n = blk_nn
         for n0 in range(start, end, BLOCK_N):
             pos = n0 + offs_n
             pmask = pos < end
@@ -269,12 +303,20 @@ def _tq_split_kernel(
                 kw3 = kw_n
                 vw3 = vw_n
                 sw3 = sw_n
-                n1 = n0 + BLOCK_N
+                n1 = n0 + PF_DEPTH * BLOCK_N
                 pb1 = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + (n1 % PAGE) * stride_kp, ALIGN)
-                kw_n = tl.load(KVW + (pb1 // 4)[:, None, None] + kwo)
-                vw_n = tl.load(KVW + (pb1 // 4)[:, None, None] + vwo)
-                sw_n = tl.load(KVW + (pb1 // 4)[:, None] + swo)
-                blk_n = tl.load(bt_row + tl.minimum((n0 + 2 * BLOCK_N) // PAGE + pg, last_page))
+                if PF_DEPTH >= 2:
+                    kw_n = kw_nn
+                    vw_n = vw_nn
+                    sw_n = sw_nn
+                    kw_nn = tl.load(KVW + (pb1 // 4)[:, None, None] + kwo)
+                    vw_nn = tl.load(KVW + (pb1 // 4)[:, None, None] + vwo)
+                    sw_nn = tl.load(KVW + (pb1 // 4)[:, None] + swo)
+                else:
+                    kw_n = tl.load(KVW + (pb1 // 4)[:, None, None] + kwo)
+                    vw_n = tl.load(KVW + (pb1 // 4)[:, None, None] + vwo)
+                    sw_n = tl.load(KVW + (pb1 // 4)[:, None] + swo)
+                blk_n = tl.load(bt_row + tl.minimum((n1 + BLOCK_N) // PAGE + pg, last_page))
             else:
                 pidx = tl.minimum(n0 // PAGE + pg, last_page)
                 blk = tl.load(bt_row + pidx).to(tl.int64)
@@ -300,15 +342,19 @@ def _tq_split_kernel(
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_use)
             p = tl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
-            sw = tl.reshape(sw3, [BLOCK_N])
-            vs = (sw & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
-            vz = ((sw >> 16) & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+            vs, vz = _scale_zero(tl.reshape(sw3, [BLOCK_N]))
             vs = tl.where(pmask, vs, 0.0)
             vz = tl.where(pmask, vz, 0.0)
             ps = (p * vs[None, :]).to(tl.float16)
-            z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
+            if FUSE_SUMS:
+                # one cross-warp reduction for both row sums
+                ls, zs = tl.reduce((p, p * vz[None, :]), 1, _add2)
+                l_i = l_i * alpha + ls
+                z_i = z_i * alpha + zs
+            else:
+                l_i = l_i * alpha + tl.sum(p, 1)
+                z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
             c0, c1, c2, c3, c4, c5, c6, c7 = _u4_words(tl.reshape(vw3, [BLOCK_N, DV]), ASM)
             al = alpha[:, None]
             if JOIN:
@@ -366,9 +412,13 @@ def _tq_split_kernel(
             pb0 = tl.multiple_of(b0 * stride_kb + kv_head + (start % PAGE) * stride_kp, ALIGN)
             kb_n = tl.load(KV + pb0[:, None, None] + koff, mask=nz[:, None, None], other=0)
             vb_n = tl.load(KV + pb0[:, None, None] + voff, mask=nz[:, None, None], other=0)
-            sz0 = (KV + pb0[:, None] + soff).to(tl.pointer_type(tl.float16))
-            vs_n = tl.load(sz0, mask=nz[:, None], other=0.0)
-            vz_n = tl.load(sz0 + 1, mask=nz[:, None], other=0.0)
+            if SZW:
+                vs_n = tl.load((KV + pb0[:, None] + soff).to(tl.pointer_type(tl.int32)), mask=nz[:, None], other=0)
+                vz_n = vs_n
+            else:
+                sz0 = (KV + pb0[:, None] + soff).to(tl.pointer_type(tl.float16))
+                vs_n = tl.load(sz0, mask=nz[:, None], other=0.0)
+                vz_n = tl.load(sz0 + 1, mask=nz[:, None], other=0.0)
             p1 = tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0)
             blk_n = tl.load(bt_row + p1, mask=nz, other=0)
         for n0 in range(start, end, BLOCK_N):
@@ -383,9 +433,13 @@ def _tq_split_kernel(
                 pb1 = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + (n1 % PAGE) * stride_kp, ALIGN)
                 kb_n = tl.load(KV + pb1[:, None, None] + koff)
                 vb_n = tl.load(KV + pb1[:, None, None] + voff)
-                sz1 = (KV + pb1[:, None] + soff).to(tl.pointer_type(tl.float16))
-                vs_n = tl.load(sz1)
-                vz_n = tl.load(sz1 + 1)
+                if SZW:
+                    vs_n = tl.load((KV + pb1[:, None] + soff).to(tl.pointer_type(tl.int32)))
+                    vz_n = vs_n
+                else:
+                    sz1 = (KV + pb1[:, None] + soff).to(tl.pointer_type(tl.float16))
+                    vs_n = tl.load(sz1)
+                    vz_n = tl.load(sz1 + 1)
                 blk_n = tl.load(bt_row + tl.minimum((n0 + 2 * BLOCK_N) // PAGE + pg, last_page))
             else:
                 pidx = tl.minimum(n0 // PAGE + pg, last_page)
@@ -393,9 +447,15 @@ def _tq_split_kernel(
                 pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * stride_kp, ALIGN)
                 kb3 = tl.load(KV + pbase[:, None, None] + koff)
                 vb3 = tl.load(KV + pbase[:, None, None] + voff)
-                sz = (KV + pbase[:, None] + soff).to(tl.pointer_type(tl.float16))
-                vs3 = tl.load(sz)
-                vz3 = tl.load(sz + 1)
+                if SZW:
+                    # scale and zero as one int32 word: Triton's pipeliner prefetches it with
+                    # the tile (two 2-byte loads were issued and awaited inside each step)
+                    vs3 = tl.load((KV + pbase[:, None] + soff).to(tl.pointer_type(tl.int32)))
+                    vz3 = vs3
+                else:
+                    sz = (KV + pbase[:, None] + soff).to(tl.pointer_type(tl.float16))
+                    vs3 = tl.load(sz)
+                    vz3 = tl.load(sz + 1)
             kb = tl.reshape(kb3, [BLOCK_N, D])
             if FP8_E4B15:
                 k = kb.to(tl.float8e4b15, bitcast=True).to(tl.float16).to(dot_t)
@@ -410,14 +470,25 @@ def _tq_split_kernel(
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_use)
             p = tl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
             # rows past the end of the sequence read allocated but unwritten slots: their
             # scale / zero may be anything, so they are zeroed (their p is 0 already)
-            vs = tl.where(pmask, tl.reshape(vs3, [BLOCK_N]).to(tl.float32), 0.0)
-            vz = tl.where(pmask, tl.reshape(vz3, [BLOCK_N]).to(tl.float32), 0.0)
+            if SZW:
+                vs, vz = _scale_zero(tl.reshape(vs3, [BLOCK_N]))
+            else:
+                vs = tl.reshape(vs3, [BLOCK_N]).to(tl.float32)
+                vz = tl.reshape(vz3, [BLOCK_N]).to(tl.float32)
+            vs = tl.where(pmask, vs, 0.0)
+            vz = tl.where(pmask, vz, 0.0)
             ps = (p * vs[None, :]).to(tl.float16)
-            z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
+            if FUSE_SUMS:
+                # one cross-warp reduction for both row sums
+                ls, zs = tl.reduce((p, p * vz[None, :]), 1, _add2)
+                l_i = l_i * alpha + ls
+                z_i = z_i * alpha + zs
+            else:
+                l_i = l_i * alpha + tl.sum(p, 1)
+                z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
             vb = tl.reshape(vb3, [BLOCK_N, D // 2]).to(tl.uint16)
             lo = (((vb & 15) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
             hi = (((vb >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)

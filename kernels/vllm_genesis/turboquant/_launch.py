@@ -51,17 +51,26 @@ class TileConfig:
     num_warps: int
     num_stages: int
     kernel: str = "n"  # "n": rows on the MMA's M side; "t": tokens on M (fp8 keys + 4-bit values)
-    prefetch: bool = False  # hand-pipelined loads (fp8 keys + 4-bit values)
+    # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
+    # 2 two tiles ahead (word path only; the byte path treats it as 1)
+    prefetch: bool | int = False
     maxnreg: int | None = None  # register cap per thread (more programs per SM)
     # fp8 + 4-bit, D >= 128: read slots as int32 words, split in registers by shifts (1, 3) or
     # PTX cvt / lop3 (2, 4); 1, 2: one product per byte / nibble position; 3, 4: re-interleaved
     words: int = 0
+    # byte path: read each token's value scale and zero as one int32 word where the slot
+    # allows it (lets Triton's pipeliner prefetch them with the tile)
+    sz_word: bool = True
+    # launch the KV heads of one split next to each other (they read the same pages)
+    head_major: bool = False
+    # fp8 + 4-bit: sum(p) and sum(p * zero) per row in one cross-warp reduction
+    fused_sums: bool = True
 
 
 def default_tiles(head_dim: int, m_pad: int, key_fp8: bool, programs: int = 1, max_context: int = 0) -> TileConfig:
     """Tile shapes per row count (rows = query tokens x group size) and grid size.
 
-    Picked from H200 sweeps (docs/KERNELS.md): few (sequence, KV head) pairs -> 32-token
+    Picked from H200 sweeps (docs/KERNELS.md): few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
     -> 64-token tiles on Triton's pipeliner with a 168-register cap; verify -> 32-token
     tiles on the pipeliner (the word path was slower for those two on the H200, Triton 3.6).
@@ -73,7 +82,7 @@ def default_tiles(head_dim: int, m_pad: int, key_fp8: bool, programs: int = 1, m
         return TileConfig(32, 4, 3)
     if programs >= 32:
         return TileConfig(64, 4, 3, maxnreg=168)
-    return TileConfig(32, 4, 1, "n", True, words=4)
+    return TileConfig(64, 4, 1, "n", True, words=4)
 
 
 def split_workspace(
@@ -166,25 +175,33 @@ def run_attention(
         extra["PREFETCH"] = True
     elif kern is _tq_split_kernel_t:
         extra["PREFETCH"] = False
-    if tiles.maxnreg:
-        extra["maxnreg"] = tiles.maxnreg
-    if (
-        tiles.words
-        and kern is _tq_split_kernel
-        and layout.key_fp8
+    words_ok = (
+        layout.key_fp8
         and layout.value_bits == 4
-        and D >= 128
         and align >= 4
         and layout.key_packed_size % 4 == 0
         and (layout.key_packed_size + layout.value_data_bytes) % 4 == 0
-    ):
+    )
+    if kern is _tq_split_kernel:
+        if tiles.prefetch and int(tiles.prefetch) >= 2:
+            extra["PF_DEPTH"] = 2
+        if tiles.sz_word and words_ok:
+            extra["SZW"] = True
+        if tiles.head_major:
+            extra["HEAD_MAJOR"] = True
+        if tiles.fused_sums:
+            extra["FUSE_SUMS"] = True
+    if tiles.maxnreg:
+        extra["maxnreg"] = tiles.maxnreg
+    if tiles.words and kern is _tq_split_kernel and words_ok and D >= 128:
         words = int(tiles.words)
         if words >= 3 and M_PAD > 16:
             words -= 2  # Triton 3.6 fails to lower the re-interleave next to warp-group MMAs
         if words in (2, 4) and (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None):
             words -= 1  # PTX only on NVIDIA GPUs with e4m3 conversions
         extra["WORDS"] = words
-    kern[(S, Hk, batch)](
+    grid = (Hk, S, batch) if extra.get("HEAD_MAJOR") else (S, Hk, batch)
+    kern[grid](
         qr,
         kv_cache,
         block_table,
