@@ -4,10 +4,10 @@
 Generates an N-patch synthetic series (tools/bench/synthseries.py) over the pinned vLLM
 sdist, then times, as whole commands: import of the series, push of all patches, refresh
 of the top patch, pop of all patches — for gqueue, quilt and (push only) git am, plus one
-``git apply`` of the concatenated series as the floor. Prints a table and writes it to
-docs/bench/stack.md.
+``git apply`` of the concatenated series as the floor — in several rounds (medians and
+ranges reported). Prints a table and writes it to docs/bench/stack.md.
 
-    python tools/bench/stack.py [-n 300] [--out docs/bench/stack.md]
+    python tools/bench/stack.py [-n 300] [--rounds 3] [--out docs/bench/stack.md]
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from gqueue.upstream.resolve import sdist_path  # noqa: E402
 
 GQ = [sys.executable, "-m", "gqueue"]
 ENV = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", QUILT_PC=".pc", LC_ALL="C")
+# Python's bytecode cache on, as in any installed copy (an environment may switch it off; then
+# every gqueue command would recompile its modules, ~35 ms)
+ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def timed(cmd: list[str], cwd: Path, *, stdin: Path | None = None) -> float:
@@ -61,14 +64,55 @@ def touch_top(tree: Path, gen: Path) -> str:
     return path
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def gqueue_round(tmp: Path, gen: Path, pin_line: str) -> dict[str, float]:
+    """import, push --all, refresh, pop --all on a fresh queue with a fresh checkout."""
+    gq = tmp / "gq"
+    shutil.rmtree(gq, ignore_errors=True)
+    (gq / "queue").mkdir(parents=True)
+    (gq / "series").write_text("")
+    (gq / "vendor-pin.txt").write_text(pin_line)
+    times = {"import": timed([*GQ, "-C", str(gq), "import", "--series", str(gen / "queue" / "series")], gq)}
+    run([*GQ, "-C", str(gq), "checkout"], gq)
+    times["push --all"] = timed([*GQ, "-C", str(gq), "push", "--all"], gq)
+    touch_top(gq / "work", gen)
+    times["refresh"] = timed([*GQ, "-C", str(gq), "refresh"], gq)
+    times["pop --all"] = timed([*GQ, "-C", str(gq), "pop", "--all"], gq)
+    return times
+
+
+def quilt_round(tmp: Path, tree: Path, gen: Path) -> dict[str, float]:
+    qt = tmp / "quilt"
+    shutil.rmtree(qt, ignore_errors=True)
+    shutil.copytree(tree, qt, symlinks=True)
+    shutil.copytree(gen / "queue", qt / "patches")
+    shutil.copy(gen / "series", qt / "patches" / "series")
+    times = {"push --all": timed(["quilt", "push", "-a", "-q"], qt)}
+    touch_top(qt, gen)
+    times["refresh"] = timed(["quilt", "refresh"], qt)
+    times["pop --all"] = timed(["quilt", "pop", "-a", "-q"], qt)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3, help="fresh rounds per tool; the table shows medians")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "stack.md")
     args = parser.parse_args()
     pins = parse_pins((REPO / "vendor-pin.txt").read_text())
     sdist = sdist_path(pins.main)
-    rows: dict[str, dict[str, float]] = {}
+    pin_line = f"pin {pins.main.source} {' '.join(f'{k}={v}' for k, v in pins.main.options.items())}\n"
+    samples: dict[str, dict[str, list[float]]] = {}
+
+    def add(tool: str, times: dict[str, float]) -> None:
+        for op, value in times.items():
+            samples.setdefault(tool, {}).setdefault(op, []).append(value)
+
     with tempfile.TemporaryDirectory(prefix="gqueue-bench-") as tmp_name:
         tmp = Path(tmp_name)
         with tarfile.open(sdist) as tar:
@@ -76,56 +120,49 @@ def main() -> None:
         tree = next((tmp / "x").iterdir())
         gen = tmp / "gen"
         names = generate(tree, gen, n=args.n, seed=0)
-
-        # gqueue
-        gq = tmp / "gq"
-        (gq / "queue").mkdir(parents=True)
-        (gq / "series").write_text("")
-        (gq / "vendor-pin.txt").write_text(f"pin {pins.main.source} {' '.join(f'{k}={v}' for k, v in pins.main.options.items())}\n")
         shutil.copy(gen / "series", gen / "queue" / "series")
-        rows["gqueue"] = {"import": timed([*GQ, "-C", str(gq), "import", "--series", str(gen / "queue" / "series")], gq)}
-        run([*GQ, "-C", str(gq), "checkout"], gq)
-        rows["gqueue"]["push --all"] = timed([*GQ, "-C", str(gq), "push", "--all"], gq)
-        touch_top(gq / "work", gen)
-        rows["gqueue"]["refresh"] = timed([*GQ, "-C", str(gq), "refresh"], gq)
-        rows["gqueue"]["pop --all"] = timed([*GQ, "-C", str(gq), "pop", "--all"], gq)
-        floor = timed([sys.executable, "-c", "pass"], gq)
-
-        # quilt
-        if shutil.which("quilt"):
-            qt = tmp / "quilt"
-            shutil.copytree(tree, qt, symlinks=True)
-            shutil.copytree(gen / "queue", qt / "patches")
-            shutil.copy(gen / "series", qt / "patches" / "series")
-            rows["quilt"] = {"push --all": timed(["quilt", "push", "-a", "-q"], qt)}
-            touch_top(qt, gen)
-            rows["quilt"]["refresh"] = timed(["quilt", "refresh"], qt)
-            rows["quilt"]["pop --all"] = timed(["quilt", "pop", "-a", "-q"], qt)
-
-        # git am (of gqueue's own mbox export) and one git apply of everything
+        concat = tmp / "all.diff"
+        concat.write_bytes(b"".join((gen / "queue" / n).read_bytes() for n in names))
         ga = tmp / "gitam"
         shutil.copytree(tree, ga, symlinks=True)
         run(["git", "init", "-q"], ga)
         run(["git", "add", "-A", "-f"], ga)
         run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "base"], ga)
-        run([*GQ, "-C", str(gq), "export", "--mbox", str(tmp / "series.mbox")], gq)
-        rows["git am"] = {"push --all": timed(["git", "-c", "user.name=b", "-c", "user.email=b@b", "am", "-q", str(tmp / "series.mbox")], ga)}
-        run(["git", "reset", "-q", "--hard", "HEAD~%d" % len(names)], ga)
-        concat = tmp / "all.diff"
-        concat.write_bytes(b"".join((gen / "queue" / n).read_bytes() for n in names))
-        rows["git apply (one concatenated diff)"] = {"push --all": timed(["git", "apply", str(concat)], ga)}
+        floors = []
+        for _ in range(args.rounds):  # the tools take turns, so a slow spell hits all of them
+            add("gqueue", gqueue_round(tmp, gen, pin_line))
+            if _ == 0:
+                run([*GQ, "-C", str(tmp / "gq"), "export", "--mbox", str(tmp / "series.mbox")], tmp / "gq")
+            if shutil.which("quilt"):
+                add("quilt", quilt_round(tmp, tree, gen))
+            add("git am", {"push --all": timed(["git", "-c", "user.name=b", "-c", "user.email=b@b", "am", "-q",
+                                                 str(tmp / "series.mbox")], ga)})
+            run(["git", "reset", "-q", "--hard", "HEAD~%d" % len(names)], ga)
+            add("git apply (one concatenated diff)", {"push --all": timed(["git", "apply", str(concat)], ga)})
+            run(["git", "checkout", "-q", "--", "."], ga)
+            floors.append(timed([sys.executable, "-c", "pass"], tmp))
+            floors.append(timed([*GQ, "--version"], tmp))
 
+    rows = {tool: {op: median(v) for op, v in ops.items()} for tool, ops in samples.items()}
     ops = ["import", "push --all", "refresh", "pop --all"]
     lines = [
         f"Series: {args.n} synthetic patches over vllm {pins.main.version} (tools/bench/synthseries.py, seed 0).",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-        f"`python -c pass` floor: {floor:.3f} s. Whole commands, wall time, one run.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}. "
+        f"Whole commands, wall time, median of {args.rounds} rounds; each round starts from a fresh queue, "
+        f"a fresh `gqueue checkout` or a fresh copy of the tree (quilt), and the tools take turns within a round. "
+        f"Start-up floors: `python -c pass` {median(floors[0::2]):.3f} s, `gqueue --version` {median(floors[1::2]):.3f} s.",
         "",
         "| tool | " + " | ".join(ops) + " |",
         "|---|" + "---|" * len(ops),
     ]
     for tool, values in rows.items():
-        cells = [f"{values[o]:.3f} s" if o in values else "—" for o in ops]
+        cells = []
+        for o in ops:
+            if o in values:
+                spread = samples[tool][o]
+                cells.append(f"{values[o]:.3f} s ({min(spread):.3f}–{max(spread):.3f})")
+            else:
+                cells.append("—")
         lines.append(f"| {tool} | " + " | ".join(cells) + " |")
     g = rows["gqueue"]
     ratios = []
@@ -133,8 +170,8 @@ def main() -> None:
         for op in ops:
             if tool in rows and op in rows[tool] and op in g:
                 ratios.append(f"{op}: {tool} takes {rows[tool][op] / g[op]:.1f}× gqueue's time")
-    lines += ["", "Ratios (same run): " + "; ".join(ratios) + ".", "",
-              f"Command: `python tools/bench/stack.py -n {args.n}`"]
+    lines += ["", "Ratios (medians of the same run): " + "; ".join(ratios) + ".", "",
+              f"Command: `python tools/bench/stack.py -n {args.n} --rounds {args.rounds}`"]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

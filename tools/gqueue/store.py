@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FormatError, StateError, UsageError
 from .fsutil import atomic_delete, atomic_write
+from .headercache import HeaderCache
 from .model.patch import PatchFile, format_patch, parse_patch
 from .model.pin import PinFile, parse_pins
 from .model.series import Series, parse_series
@@ -15,11 +16,16 @@ SERIES = "series"
 QUEUE = "queue"
 PIN = "vendor-pin.txt"
 WORK = "work"
+STATE = ".gqueue"  # gqueue's own state beside the queue (journal, lock, caches, saved edits)
 
 
 @dataclass(frozen=True)
 class Store:
     root: Path
+    headers: HeaderCache = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", HeaderCache(self.root / STATE / "cache" / "headers.json"))
 
     @classmethod
     def find(cls, start: Path) -> "Store":
@@ -90,11 +96,13 @@ class Store:
             raise FormatError(f"series names '{name}' but {QUEUE}/{name} does not exist", path=SERIES, line=line) from None
         except IsADirectoryError:
             raise FormatError(f"{QUEUE}/{name} is a directory", path=SERIES, line=line) from None
-        return parse_patch(data, name=name, path=f"{QUEUE}/{name}")
+        return parse_patch(data, name=name, path=f"{QUEUE}/{name}", cache=self.headers)
 
     def read_all(self) -> tuple[Series, list[PatchFile]]:
         series = self.read_series()
-        return series, [self.read_patch(e.name, line=e.line) for e in series.entries]
+        patches = [self.read_patch(e.name, line=e.line) for e in series.entries]
+        self.headers.save()
+        return series, patches
 
     # writing ---------------------------------------------------------------
     def write_series(self, series: Series) -> None:

@@ -7,13 +7,16 @@ and only ever edited line by line.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..errors import FormatError
 from .meta import SCHEMA, PatchMeta, check_meta
 from .safeyaml import load_mapping
+
+if TYPE_CHECKING:
+    from ..headercache import HeaderCache
 
 HEADER_START = b"---\n"
 HEADER_END = b"...\n"
@@ -48,7 +51,9 @@ def split_header(data: bytes) -> tuple[bytes, bytes]:
     return b"", data  # unterminated: reported by parse_patch
 
 
-def parse_patch(data: bytes, *, name: str, path: str | None = None, require_header: bool = True) -> PatchFile:
+def parse_patch(data: bytes, *, name: str, path: str | None = None, require_header: bool = True,
+                cache: "HeaderCache | None" = None) -> PatchFile:
+    """Split and parse a patch file; ``cache`` may answer for a header it has parsed before."""
     where = path or name
     if data.startswith(b"---\r\n"):
         raise FormatError("patch file has CRLF (Windows) line endings; convert it to LF", path=where, line=1)
@@ -67,7 +72,10 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
     if "\r" in text:
         line = text[: text.index("\r")].count("\n") + 2
         raise FormatError("patch header contains a carriage return", path=where, line=line)
-    raw, lines = load_mapping(text, path=where, first_line=2)
+    if cache is not None:
+        raw, lines = cache.load(load_mapping, text, path=where, first_line=2)
+    else:
+        raw, lines = load_mapping(text, path=where, first_line=2)
     meta = PatchMeta(raw, lines)
     check_meta(meta, path=where, first_line=1)
     return PatchFile(name, header, body, meta)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..model.patch import PatchFile, format_patch, with_body
-from ..model.series import Series
+from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
 from .engine import PatchResult, TreeView, apply_patch, touched_paths
 from .transaction import move, save_local_changes
@@ -62,8 +63,9 @@ class MoveResult:
         return {"popped": self.popped, "top": self.top, "saved": self.saved}
 
 
-def require_clean(ws: Workspace, action: str) -> None:
-    dirty = [p for p in ws.repo.dirty_paths() if not p.endswith((".rej", ".orig"))]
+def require_clean(ws: Workspace, action: str, status: Callable[[], list[str]] | None = None) -> None:
+    """Refuse when work/ has changes not refreshed; ``status``: a started ``dirty_paths_later``."""
+    dirty = [p for p in (status or ws.repo.dirty_paths)() if not p.endswith((".rej", ".orig"))]
     if dirty:
         shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
         raise StateError(
@@ -97,22 +99,11 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
     stack = ws.stack()
     check_stack_matches(stack, series)
     require_refreshed(ws)
-    require_clean(ws, "push")
-    pending = list(series.entries[len(stack.applied) :])
-    if target is not None:
-        names = [e.name for e in pending]
-        if target not in names:
-            if target in stack.names:
-                raise UsageError(f"'{target}' is already applied")
-            raise UsageError(f"'{target}' is not in the series")
-        pending = pending[: names.index(target) + 1]
-    elif count is not None:
-        pending = pending[:count]
-    if not pending:
-        raise StateError("the whole series is already applied" if series.entries else "the series is empty")
-    loaded = _require_unique_ids(ws, series, len(stack.applied) + len(pending))
-    view = TreeView(ws.repo, stack.head)
-    view.prefetch(touched_paths(loaded[e.name] for e in pending))
+    status = ws.repo.dirty_paths_later()  # git status runs while the patches are read
+    try:
+        pending, loaded, view = _prepare_push(ws, stack, series, count, target)
+    finally:
+        require_clean(ws, "push", status)  # waits for it; a dirty tree is the error to report first
     result = PushResult()
     specs: list[CommitSpec] = []
     patches: list[PatchFile] = []
@@ -142,6 +133,27 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         ws.needs_refresh_path.parent.mkdir(parents=True, exist_ok=True)
         ws.needs_refresh_path.write_text(result.failed.name + "\n")  # type: ignore[union-attr]
     return result
+
+
+def _prepare_push(ws: Workspace, stack: Stack, series: Series, count: int | None,
+                  target: str | None) -> tuple[list[SeriesEntry], dict[str, PatchFile], TreeView]:
+    """The entries to push, their patches (read once) and a view of the tree with their files read."""
+    pending = list(series.entries[len(stack.applied) :])
+    if target is not None:
+        names = [e.name for e in pending]
+        if target not in names:
+            if target in stack.names:
+                raise UsageError(f"'{target}' is already applied")
+            raise UsageError(f"'{target}' is not in the series")
+        pending = pending[: names.index(target) + 1]
+    elif count is not None:
+        pending = pending[:count]
+    if not pending:
+        raise StateError("the whole series is already applied" if series.entries else "the series is empty")
+    loaded = _require_unique_ids(ws, series, len(stack.applied) + len(pending))
+    view = TreeView(ws.repo, stack.head)
+    view.prefetch(touched_paths(loaded[e.name] for e in pending))
+    return pending, loaded, view
 
 
 def _require_unique_ids(ws: Workspace, series: Series, upto: int) -> dict[str, PatchFile]:

@@ -16,11 +16,11 @@ from ..errors import StateError
 from ..fsutil import atomic_write
 from ..lock import QueueLock
 from ..model.pin import Pin
-from ..store import Store
+from ..store import STATE, Store
 from ..vcs.git import BRANCH, TRAILER, WorkRepo
 from .reporter import Reporter, SilentReporter
 
-STATE_DIR = ".gqueue"
+STATE_DIR = STATE
 DIFF_TRAILER = "Gqueue-Diff"
 
 
@@ -79,6 +79,7 @@ class Workspace:
         return lock
 
     def close(self) -> None:
+        self.store.headers.save()
         self.repo.close()
         if self._lock is not None:
             self._lock.release()

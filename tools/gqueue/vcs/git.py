@@ -202,12 +202,32 @@ class WorkRepo:
 
     def dirty_paths(self) -> list[str]:
         """Paths whose work-tree or index state differs from HEAD (untracked, not ignored, too)."""
-        out = self.run("status", "--porcelain=v1", "-z", "--untracked-files=all")
-        paths = []
-        for record in out.split(b"\0"):
-            if record and len(record) > 3:
-                paths.append(record[3:].decode("utf-8", "surrogateescape"))
-        return paths
+        return self.dirty_paths_later()()
+
+    def dirty_paths_later(self) -> Callable[[], list[str]]:
+        """Start ``dirty_paths``' git status now; the returned call waits for it (and must be made)."""
+        finish = self.start("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        return lambda: _status_paths(finish())
+
+    def start(self, *args: str) -> Callable[[], bytes]:
+        """Start a git command that runs while Python goes on; the returned call waits for its output."""
+        fault_point("git")
+        err = tempfile.TemporaryFile()
+        proc = subprocess.Popen(["git", *CONFIG, *args], cwd=self.path, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=err, env=_env())
+
+        def finish() -> bytes:
+            assert proc.stdout is not None
+            with err:
+                out = proc.stdout.read()
+                proc.stdout.close()
+                if proc.wait() != 0:
+                    err.seek(0)
+                    message = err.read().decode("utf-8", "replace").strip().splitlines()
+                    raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+            return out
+
+        return finish
 
     def diff(self, old: str, new: str, paths: Iterable[str] = ()) -> bytes:
         return self.run("diff", *DIFF_OPTIONS, old, new, "--", *paths)
@@ -216,8 +236,9 @@ class WorkRepo:
     def _fast_import(self, write: Callable[[Callable[[bytes], object]], None], *, fast_zlib: bool = False) -> dict[int, str]:
         """Run one ``git fast-import`` fed by ``write``; return its marks (mark number -> sha).
 
-        ``fast_zlib``: compress at zlib's fastest level (about half the time of the default
-        for a 300-patch push, whose cost is mostly compression).
+        ``fast_zlib``: store the objects uncompressed (zlib level 0). Compression is most of
+        what a 300-patch push's fast-import costs (0.48 s at the default level, 0.28 s at 1,
+        0.14 s at 0, measured on one stream); the work repository is a local cache.
         """
         level = ("-c", "pack.compression=0") if fast_zlib else ()
         with tempfile.TemporaryDirectory(prefix="gqueue-fi-") as tmp:
@@ -450,6 +471,10 @@ class WorkRepo:
             if current is not None:
                 current.append(line)
         return [b"".join(c) for c in chunks]
+
+
+def _status_paths(out: bytes) -> list[str]:
+    return [record[3:].decode("utf-8", "surrogateescape") for record in out.split(b"\0") if len(record) > 3]
 
 
 def _commit_header(w: Callable[[bytes], object], ref: str, mark: int, author: str, message: str, date: str) -> None:

@@ -1,0 +1,78 @@
+"""The parsed-header cache answers only for byte-identical headers and never changes a result."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from synth import BASE_FILES, make_queue, unified
+
+from gqueue.headercache import HeaderCache
+from gqueue.model.safeyaml import load_mapping
+from gqueue.store import Store
+
+HEADER = "id: P1\ntitle: one\nrequires: [P0]\nupstream: {pr: 123, state: open}\ndefault_on: false\n"
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, text: str, *, path: str, first_line: int):
+        self.calls += 1
+        return load_mapping(text, path=path, first_line=first_line)
+
+
+def test_a_saved_header_is_answered_without_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "headers.json"
+    first, loader = HeaderCache(path), Counting()
+    expected = first.load(loader, HEADER, path="queue/p", first_line=2)
+    first.save()
+    again = HeaderCache(path)
+    assert again.load(loader, HEADER, path="queue/p", first_line=2) == expected
+    assert loader.calls == 1
+    assert expected == load_mapping(HEADER, path="queue/p", first_line=2)
+    # another text, or the same text starting on another line, is parsed
+    again.load(loader, HEADER + "tier: x\n", path="queue/p", first_line=2)
+    again.load(loader, HEADER, path="queue/p", first_line=3)
+    assert loader.calls == 3
+
+
+def test_values_json_would_change_are_never_cached(tmp_path: Path) -> None:
+    path = tmp_path / "headers.json"
+    text = "id: P1\nlast_update: 2026-05-05\n"
+    cache, loader = HeaderCache(path), Counting()
+    data, _ = cache.load(loader, text, path="q", first_line=2)
+    cache.save()
+    data2, _ = HeaderCache(path).load(loader, text, path="q", first_line=2)
+    assert data["last_update"] == data2["last_update"] == datetime.date(2026, 5, 5)
+    assert loader.calls == 2
+
+
+def test_an_unreadable_cache_is_ignored_and_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "headers.json"
+    for junk in (b"\xff\x00not json", b"[1, 2]", json.dumps({"2:x": 5}).encode()):
+        path.write_bytes(junk)
+        cache, loader = HeaderCache(path), Counting()
+        assert cache.load(loader, HEADER, path="q", first_line=2) == load_mapping(HEADER, path="q", first_line=2)
+        cache.save()
+        assert isinstance(json.loads(path.read_text()), dict)
+    bad_entry = {k: "[1, 2" for k in json.loads(path.read_text())}
+    path.write_text(json.dumps(bad_entry))
+    loader = Counting()
+    assert HeaderCache(path).load(loader, HEADER, path="q", first_line=2)[0]["id"] == "P1"
+    assert loader.calls == 1
+
+
+def test_store_reads_the_same_patches_with_a_warm_cache(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-x.patch", unified("vllm/util.py", util, util.replace("+ 3\n", "+ 4\n")),
+                  extra="requires: []\nnotes: |\n  two\n  lines\n")
+    q.set_series("A1-x.patch")
+    cold = Store(q.root).read_all()
+    assert (q.root / ".gqueue" / "cache" / "headers.json").is_file()
+    warm = Store(q.root).read_all()
+    assert cold == warm
+    assert warm[1][0].meta.line_of("notes") == cold[1][0].meta.line_of("notes") == 5
