@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,6 +65,8 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
             except KeyboardInterrupt:
                 _fail(ctx, name, {"ref": "interrupted", "message": "interrupted"}, "error[interrupted]: interrupted", ExitCode.ERROR, None)
             except Exception as exc:  # noqa: BLE001 - the boundary for bugs
+                import traceback
+
                 detail = traceback.format_exc()
                 _fail(ctx, name, {"ref": "bug", "message": f"{type(exc).__name__}: {exc}", "traceback": detail},
                       f"error[bug]: internal error: {type(exc).__name__}: {exc}", ExitCode.BUG,

@@ -6,10 +6,10 @@ and only ever edited line by line.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import yaml
 
 from ..errors import FormatError
 from .meta import SCHEMA, PatchMeta, check_meta
@@ -89,29 +89,36 @@ def with_body(patch: PatchFile, body: bytes) -> PatchFile:
     return replace(patch, body=body)
 
 
-class _BlockDumper(yaml.SafeDumper):
-    pass
+@functools.lru_cache(maxsize=None)
+def _block_dumper() -> type:
+    """The header dumper: strings with newlines as blocks, flat lists in flow style.
 
+    Built on first use: PyYAML costs ~8 ms to import, and a command whose headers all come
+    from the header cache never needs it.
+    """
+    import yaml
 
-def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+    def str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        if "\n" in value:
+            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value)
 
+    def list_representer(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.SequenceNode:
+        flow = all(not isinstance(v, (dict, list)) for v in value)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
 
-def _list_representer(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.SequenceNode:
-    flow = all(not isinstance(v, (dict, list)) for v in value)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
-
-
-_BlockDumper.add_representer(str, _str_representer)
-_BlockDumper.add_representer(list, _list_representer)
+    dumper = type("BlockDumper", (yaml.SafeDumper,), {})
+    dumper.add_representer(str, str_representer)
+    dumper.add_representer(list, list_representer)
+    return dumper
 
 
 def render_field(key: str, value: Any) -> str:
     """One top-level header entry as YAML text, ending in a newline."""
+    import yaml
+
     return yaml.dump(
-        {key: value}, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100, default_flow_style=False
+        {key: value}, Dumper=_block_dumper(), sort_keys=False, allow_unicode=True, width=100, default_flow_style=False
     )
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from ..errors import FormatError
 
 MAX_HEADER_BYTES = 256 * 1024
@@ -14,7 +12,11 @@ MAX_NODES = 20_000
 MAX_DEPTH = 32  # nesting of mappings and sequences; PyYAML's composer recurses per level
 
 
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _yaml() -> Any:
+    """PyYAML, imported on first use (~8 ms of start-up a command that parses nothing saves)."""
+    import yaml
+
+    return yaml
 
 
 def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str, Any], dict[str, int]]:
@@ -24,6 +26,8 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
     """
     if len(text.encode("utf-8", "surrogateescape")) > MAX_HEADER_BYTES:
         raise FormatError(f"header larger than {MAX_HEADER_BYTES} bytes", path=path, line=first_line)
+    yaml = _yaml()
+    Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # noqa: N806 - PyYAML's name
     lines: dict[str, int] = {}
     nodes = 0
     depth = 0
@@ -72,7 +76,7 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
     return data, lines
 
 
-def _format_error(exc: yaml.YAMLError, path: str, first_line: int) -> FormatError:
+def _format_error(exc: Any, path: str, first_line: int) -> FormatError:
     mark = getattr(exc, "problem_mark", None)
     line = first_line + mark.line if mark is not None else first_line
     problem = getattr(exc, "problem", None) or str(exc)
@@ -81,7 +85,7 @@ def _format_error(exc: yaml.YAMLError, path: str, first_line: int) -> FormatErro
 
 def dump_value(value: Any) -> str:
     """Render one value the way a hand-written header would spell it (no trailing newline)."""
-    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10_000)
+    text = _yaml().safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10_000)
     text = text.rstrip("\n")
     if text.endswith("\n..."):
         text = text[: -len("\n...")]
