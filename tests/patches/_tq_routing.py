@@ -1,9 +1,15 @@
-"""Shared harness for the TurboQuant routing patches (P40, P67, PN521).
+"""Shared harness for the TurboQuant routing patches (P40, P67, P67b, PN521).
 
 Runs TurboQuantAttentionImpl.forward of the patched tree on CPU in a fresh interpreter
 (TRITON_INTERPRET=1, no visible CUDA device: vLLM decides at import time whether Triton is
 usable). The 0.24.0 decode launcher and the vllm_genesis launchers the patches import are
 wrapped to record each launch, then call the real kernels.
+
+Modes: ``decode`` (three one-token requests), ``verify`` (3, 6 and 1 new tokens) and
+``uniform`` (4 new tokens each, a FULL-graph spec-verify batch; run twice, the second
+time with shorter contexts, to compare the launches). ``strict`` replaces the
+metadata's CPU copies with an object that fails when read, and records host reads of
+tensors (tolist, item, bool, int, float) made by forward() outside the kernel launchers.
 """
 
 from __future__ import annotations
@@ -29,7 +35,33 @@ from vllm.v1.worker import workspace
 torch.accelerator.empty_cache = lambda: None
 workspace.init_workspace_manager(torch.device("cpu"))
 
-calls = {"upstream": [], "genesis_decode": [], "genesis_verify": []}
+calls = {"upstream": [], "genesis_decode": [], "genesis_verify": [], "verify_launches": [],
+         "prefill_path": 0}
+host_reads = []
+guard = {"on": False}
+
+def _guarded(name):
+    orig = getattr(torch.Tensor, name)
+    def f(self, *a, **kw):
+        if guard["on"]:
+            host_reads.append(name)
+        return orig(self, *a, **kw)
+    setattr(torch.Tensor, name, f)
+
+def unguarded(fn):
+    def call(*a, **kw):
+        was, guard["on"] = guard["on"], False
+        try:
+            return fn(*a, **kw)
+        finally:
+            guard["on"] = was
+    return call
+
+_prefill = TurboQuantAttentionImpl._prefill_attention
+def rec_prefill(self, *a, **kw):
+    calls["prefill_path"] += 1
+    return _prefill(self, *a, **kw)
+TurboQuantAttentionImpl._prefill_attention = rec_prefill
 _up = tqa.triton_turboquant_decode_attention
 def rec_up(*a, **kw):
     calls["upstream"].append(int((kw.get("query") if "query" in kw else a[0]).shape[0]))
@@ -45,10 +77,15 @@ if hasattr(tqa, "genesis_tq_verify"):
     _gv = tqa.genesis_tq_verify
     def rec_gv(*a, **kw):
         calls["genesis_verify"].append({"tokens": int(a[0].shape[0]), "raw_tail": a[1] is not None})
-        return _gv(*a, **kw)
+        ws = kw.get("workspace")
+        calls["verify_launches"].append({
+            "max_query_len": int(a[7]), "num_splits": kw.get("num_splits"),
+            "workspace": None if ws is None else [ws[0].data_ptr(), ws[1].data_ptr()]})
+        return unguarded(_gv)(*a, **kw)
     tqa.genesis_tq_verify = rec_gv
 
-MODE = sys.argv[1]  # decode | verify
+MODE = sys.argv[1]  # decode | verify | uniform
+STRICT = sys.argv[2:] == ["strict"]
 Hq, Hk, D, bs = 6, 2, 32, 16  # GQA 6
 config = VllmConfig(device_config=DeviceConfig(device="cpu"))
 config.attention_config.tq_max_kv_splits_for_cuda_graph = 2
@@ -58,7 +95,7 @@ with set_current_vllm_config(config):
 
 g = torch.Generator().manual_seed(0)
 seqs = [21, 40, 9]
-qlens = [1, 1, 1] if MODE == "decode" else [3, 6, 1]
+qlens = {"decode": [1, 1, 1], "verify": [3, 6, 1], "uniform": [4, 4, 4]}[MODE]
 nb = 4
 kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
     len(seqs) * nb + 1, bs, Hk, D, "turboquant_k8v4"), dtype=torch.uint8)
@@ -80,28 +117,53 @@ for b, (L, ql) in enumerate(zip(seqs, qlens)):
 q = torch.cat(qs)
 N = q.shape[0]
 qsl = torch.tensor([0] + torch.tensor(qlens).cumsum(0).tolist(), dtype=torch.int32)
-seq_lens = torch.tensor(seqs, dtype=torch.int32)
-meta = TurboQuantMetadata(
-    seq_lens=seq_lens, slot_mapping=torch.zeros(N, dtype=torch.long),
-    block_table=bt, query_start_loc=qsl, num_actual_tokens=N,
-    max_query_len=max(qlens), max_seq_len=max(seqs), is_prefill=MODE != "decode",
-    num_decodes=len(seqs) if MODE == "decode" else 0,
-    num_decode_tokens=N if MODE == "decode" else 0,
-    query_start_loc_cpu=qsl.clone(), seq_lens_cpu=seq_lens.clone())
-out = impl.forward(layer, q.view(N, -1), torch.cat(tails_k).view(N, -1),
-                   torch.cat(tails_v).view(N, -1), kv, meta).view(N, Hq, D).float()
+class Poison:  # stands for a CPU copy the code under test must not read
+    def __getattr__(self, name):
+        raise RuntimeError(f"forward() read a CPU copy of the metadata ({name})")
+    def __getitem__(self, index):
+        raise RuntimeError("forward() read a CPU copy of the metadata")
+
+if STRICT:
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__"):
+        _guarded(name)
+
+# uniform mode: a block table wider than the contexts (as vLLM's, sized for
+# max_model_len), so that the split-K pass has more than one split
+bt_meta = bt if MODE != "uniform" else torch.cat(
+    [bt, torch.zeros(len(seqs), 8, dtype=torch.int32)], 1)
+
+def step(seqs_now):
+    seq_lens = torch.tensor(seqs_now, dtype=torch.int32)
+    meta = TurboQuantMetadata(
+        seq_lens=seq_lens, slot_mapping=torch.zeros(N, dtype=torch.long),
+        block_table=bt_meta, query_start_loc=qsl, num_actual_tokens=N,
+        max_query_len=max(qlens), max_seq_len=max(seqs_now), is_prefill=MODE != "decode",
+        num_decodes=len(seqs) if MODE == "decode" else 0,
+        num_decode_tokens=N if MODE == "decode" else 0,
+        query_start_loc_cpu=Poison() if STRICT else qsl.clone(),
+        seq_lens_cpu=Poison() if STRICT else seq_lens.clone())
+    k_in, v_in = torch.cat(tails_k).view(N, -1), torch.cat(tails_v).view(N, -1)
+    guard["on"] = True
+    try:
+        return impl.forward(layer, q.view(N, -1), k_in, v_in, kv, meta)
+    finally:
+        guard["on"] = False
+
+out = step(seqs).view(N, Hq, D).double()
+if MODE == "uniform":
+    step([L - 3 for L in seqs])  # shorter contexts, same shapes
 
 def ref(tail_from_cache):
     res = []
     for b, (L, ql) in enumerate(zip(seqs, qlens)):
-        k = ks[b].float().repeat_interleave(Hq // Hk, 1)
-        v = vs[b].float().clone()
+        k = ks[b].double().repeat_interleave(Hq // Hk, 1)
+        v = vs[b].double().clone()
         if tail_from_cache:
             v[L - ql:] += 4.0
         v = v.repeat_interleave(Hq // Hk, 1)
         mask = torch.arange(L)[None, :] <= torch.arange(ql)[:, None] + (L - ql)
         o = torch.nn.functional.scaled_dot_product_attention(
-            qs[b].float().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+            qs[b].double().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
             attn_mask=mask, scale=D ** -0.5).transpose(0, 1)
         res.append(o)
     return torch.cat(res)
@@ -109,12 +171,12 @@ def ref(tail_from_cache):
 def err(r):
     return float((out - r).norm() / r.norm())
 
-print(json.dumps({"calls": calls, "nan": bool(torch.isnan(out).any()),
+print(json.dumps({"calls": calls, "host_reads": host_reads, "nan": bool(torch.isnan(out).any()),
                   "err_raw_tail": err(ref(False)), "err_cache_tail": err(ref(True))}))
 """
 
 
-def run(mode: str) -> dict:
+def run(mode: str, *options: str) -> dict:
     env = dict(os.environ)
     env.update(
         TRITON_INTERPRET="1",
@@ -122,7 +184,7 @@ def run(mode: str) -> dict:
         PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(TREE)]),
     )
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, mode, *options], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
