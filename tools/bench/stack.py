@@ -98,6 +98,25 @@ def quilt_round(tmp: Path, tree: Path, gen: Path) -> dict[str, float]:
     return times
 
 
+def _targets(rows: dict[str, dict[str, float]]) -> list[str]:
+    """The foundation issue's targets, judged on this run's medians."""
+    g, out = rows["gqueue"], []
+
+    def judge(text: str, ok: bool) -> None:
+        out.append(f"{text} ({'met' if ok else 'NOT met'})")
+
+    judge(f"import under 1 s: {g['import']:.3f} s", g["import"] < 1)
+    judge(f"push --all under 1 s: {g['push --all']:.3f} s", g["push --all"] < 1)
+    if "quilt" in rows:
+        q = rows["quilt"]
+        judge(f"push --all at least 9x quilt: {q['push --all'] / g['push --all']:.1f}x", q["push --all"] >= 9 * g["push --all"])
+        judge(f"refresh no slower than quilt's: {g['refresh']:.3f} s vs {q['refresh']:.3f} s", g["refresh"] <= q["refresh"])
+    ga = rows["git am"]["push --all"]
+    judge(f"push --all at least 5x git am: {ga / g['push --all']:.1f}x", ga >= 5 * g["push --all"])
+    judge(f"pop --all under 0.5 s: {g['pop --all']:.3f} s", g["pop --all"] < 0.5)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=300)
@@ -170,7 +189,8 @@ def main() -> None:
         for op in ops:
             if tool in rows and op in rows[tool] and op in g:
                 ratios.append(f"{op}: {tool} takes {rows[tool][op] / g[op]:.1f}× gqueue's time")
-    lines += ["", "Ratios (medians of the same run): " + "; ".join(ratios) + ".", "",
+    lines += ["", "Ratios (medians of the same run): " + "; ".join(ratios) + ".", ""]
+    lines += ["Targets: " + "; ".join(_targets(rows)) + ".", "",
               f"Command: `python tools/bench/stack.py -n {args.n} --rounds {args.rounds}`"]
     text = "\n".join(lines) + "\n"
     print(text)
