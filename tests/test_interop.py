@@ -86,3 +86,20 @@ def test_export_mbox_is_accepted_by_git_am_and_quilt_dir_round_trips(tmp_path: P
     q.run("export", "--quilt", str(out))
     assert (out / "series").read_text() == "P15-none.patch\n"
     assert (out / "P15-none.patch").read_bytes() == (q.root / "queue/P15-none.patch").read_bytes()
+
+
+def test_import_refuses_a_diff_push_would_refuse_and_changes_nothing(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    series_before = (q.root / "series").read_bytes()
+    outside = tmp_path / "escape.patch"
+    outside.write_text("Write outside the tree.\n\n" + unified("../outside.py", "", "x = 1\n").replace(
+        "--- a/../outside.py", "--- /dev/null"))
+    proc = q.run("import", str(outside), check=False)
+    assert proc.returncode != 0
+    assert f"{outside}:3" in proc.stderr and "outside" in proc.stderr
+    broken = tmp_path / "broken.patch"
+    broken.write_text("A truncated hunk.\n\n" + DIFF.rsplit("\n", 3)[0] + "\n@@ -1,9 +1,9 @@\n garbage\n")
+    proc = q.run("import", str(broken), check=False)
+    assert proc.returncode == 1 and str(broken) in proc.stderr
+    assert (q.root / "series").read_bytes() == series_before
+    assert sorted(p.name for p in (q.root / "queue").iterdir()) == []

@@ -113,11 +113,15 @@ def check_path(path: str, *, where: str, line: int) -> None:
 
 
 def file_diffs(patch: PatchFile, strip: int = 1) -> list[FileDiff]:
-    where = f"queue/{patch.name}"
-    diffs = parse_diff(patch.body, path=where, first_line=patch.body_offset_line, strip=strip)
-    if not diffs and patch.body.strip():
+    return checked_diffs(patch.body, where=f"queue/{patch.name}", first_line=patch.body_offset_line, strip=strip)
+
+
+def checked_diffs(body: bytes, *, where: str, first_line: int, strip: int = 1) -> list[FileDiff]:
+    """The file diffs of a patch body, refusing what gqueue never applies (unsafe paths, binary, links)."""
+    diffs = parse_diff(body, path=where, first_line=first_line, strip=strip)
+    if not diffs and body.strip():
         raise FormatError(
-            "patch has text after its header but no diff in it (truncated?)", path=where, line=patch.body_offset_line,
+            "patch has text after its header but no diff in it (truncated?)", path=where, line=first_line,
         )
     for fd in diffs:
         for p in (fd.old_path, fd.new_path):

@@ -11,6 +11,7 @@ from ..fsutil import atomic_write
 from ..model.foreign import read_foreign
 from ..model.patch import PatchFile, new_patch, parse_patch
 from ..model.series import parse_series
+from .engine import checked_diffs
 from .queueops import check_name, id_from_name, title_from_name
 from .transaction import queue_edit
 from .workspace import Workspace
@@ -64,6 +65,7 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror}") from None
         patch, kind = _to_gqueue(name, data, str(path))
+        _check_diff(patch, data, path, strip)
         prepared.append((patch, strip, kind))
     result = ImportResult()
     before = series
@@ -77,6 +79,13 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
             result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind})
         ws.store.write_series(series)
     return result
+
+
+def _check_diff(patch: PatchFile, data: bytes, source: Path, strip: int) -> None:
+    """Refuse a file whose diff push would refuse, naming the imported file and its line."""
+    body = patch.body
+    first = data[: len(data) - len(body)].count(b"\n") + 1 if body and data.endswith(body) else 1
+    checked_diffs(body, where=str(source), first_line=first, strip=strip)
 
 
 def _with_strip(series, name: str, strip: int):  # noqa: ANN001, ANN202

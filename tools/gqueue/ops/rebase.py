@@ -282,8 +282,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
     if stop is not None:
         patch, outcome = stop
         files = _leave_conflicts(ws, state, patch, outcome)
-        ws.needs_refresh_path.parent.mkdir(parents=True, exist_ok=True)
-        ws.needs_refresh_path.write_text(patch.name + "\n")
+        atomic_write(ws.needs_refresh_path, (patch.name + "\n").encode())
         state["stopped"] = patch.name
         _save(ws, state)
         return RebaseResult(state["from"], state["to"], tally, patch.name, outcome.report, files)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ConflictError, FormatError, StateError, UsageError
+from ..fsutil import atomic_write
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
@@ -130,8 +131,7 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         result.top = (result.failed.name if result.forced else patches[-1].name) if patches or result.forced else None
     if result.forced:
         _write_rejects(ws, result.failed)
-        ws.needs_refresh_path.parent.mkdir(parents=True, exist_ok=True)
-        ws.needs_refresh_path.write_text(result.failed.name + "\n")  # type: ignore[union-attr]
+        atomic_write(ws.needs_refresh_path, (result.failed.name + "\n").encode())  # type: ignore[union-attr]
     return result
 
 
