@@ -195,6 +195,93 @@ def test_word_path_two_tiles_ahead(hq, hk, page):
     assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
 
 
+@pytest.mark.parametrize("hq,hk,page", [(12, 2, 16), (16, 2, 32), (16, 2, 8)], ids=["gqa6-page16", "gqa8-page32", "gqa8-page8"])
+@pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
+def test_per_warp_state_kernel(hq, hk, page, pf):
+    """kernel="w" (one softmax state per warp): odd lengths, empty and one-token rows, short
+    and empty splits, NaN bytes past the end, pages smaller than a warp's sub-tile (8),
+    decode and both verify modes; words=2 runs its PTX conversions on a GPU only."""
+    D = 128
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [203, 1, 0, 95, 33]
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
+                    layout=lay, generator=torch.Generator().manual_seed(hq * page + pf), device=DEV)
+    for b, L in enumerate(seqs):
+        if L:
+            last = int(c["block_table"][b, (L - 1) // page])
+            c["kv_cache"][last, L % page :] = 0xFF
+    keep = [0, 1, 3, 4]
+    ref = _ref(c, lay)
+    for bn, nw, splits, words in ((64, 4, 3, 2), (32, 2, 2, 1), (128, 4, 7, 2), (64, 2, 1, 1)):
+        tiles = TileConfig(bn, nw, 1 if pf else 2, "w", pf, words=words)
+        out = _run_decode(c, lay, num_splits=splits, tiles=tiles)
+        assert not torch.isnan(out).any()
+        assert torch.all(out[2] == 0)
+        assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
+    cv = random_case(seq_lens=[77, 40, 9], query_lens=[2, 1, 2], num_heads=hq, num_kv_heads=hk, head_dim=D,
+                     block_size=page, layout=lay, generator=torch.Generator().manual_seed(6), device=DEV)
+    tiles = TileConfig(64, 4, 1 if pf else 2, "w", pf, words=2)
+    out = _run_verify(cv, lay, num_splits=3, tiles=tiles)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
+    out = _run_verify(cv, lay, raw_tail=False, num_splits=2, tiles=tiles)
+    assert rel_err(out, _ref(cv, lay, verify=True, raw_tail=False)) < DEQ_BOUND
+
+
+def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
+    """Many (sequence, KV head) pairs at D = 128: the per-warp-state kernel with half the
+    splits is the default for decode (not for verify, other head sizes or unaligned slots)."""
+    from vllm_genesis.turboquant._launch import default_num_splits, default_tiles
+
+    t = default_tiles(128, 16, True, 64, 32768, True, 1)
+    assert (t.kernel, t.num_warps, t.block_n) == ("w", 2, 32)
+    assert default_num_splits(8, 8, 32768, 132, t, True, 128) == pick_num_splits(8, 8, 32768, 132) // 2
+    assert default_tiles(128, 16, True, 64, 32768, False, 1).kernel == "n"
+    assert default_tiles(128, 16, True, 64, 32768, True, 2).kernel == "n"
+    assert default_tiles(256, 16, True, 64, 32768, True, 1).kernel == "n"
+    assert default_tiles(128, 16, True, 8, 32768, True, 1).kernel == "n"
+    n = default_tiles(128, 16, True, 64, 32768, True, 2)
+    assert default_num_splits(8, 8, 32768, 132, n, True, 128) == pick_num_splits(8, 8, 32768, 132)
+    D = 128
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [70, 0, 33, 1] * 4  # 16 sequences x 2 KV heads = 32 pairs
+    c = random_case(seq_lens=seqs, num_heads=8, num_kv_heads=2, head_dim=D, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(41), device=DEV)
+    for b, L in enumerate(seqs):
+        if L % 16:
+            c["kv_cache"][int(c["block_table"][b, (L - 1) // 16]), L % 16 :] = 0xFF
+    out = _run_decode(c, lay)
+    keep = [i for i, L in enumerate(seqs) if L]
+    assert not torch.isnan(out).any()
+    assert torch.all(out[1] == 0)
+    assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+
+
+@pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
+def test_per_warp_state_kernel_value_split(pf):
+    """kernel="w" with vsplit=2 (D = 256, two programs per split, half the value columns
+    each): G = 6, odd lengths, an empty row, NaN bytes past the end, decode and verify."""
+    D = 256
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [150, 0, 37]
+    c = random_case(seq_lens=seqs, num_heads=12, num_kv_heads=2, head_dim=D, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(31 + pf), device=DEV)
+    for b, L in enumerate(seqs):
+        if L % 16:
+            c["kv_cache"][int(c["block_table"][b, (L - 1) // 16]), L % 16 :] = 0xFF
+    ref = _ref(c, lay)
+    for bn, nw, splits in ((64, 4, 2), (32, 2, 3)):
+        out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, nw, 1 if pf else 2, "w", pf, words=2, vsplit=2))
+        assert not torch.isnan(out).any()
+        assert torch.all(out[1] == 0)
+        assert rel_err(out[[0, 2]], ref[[0, 2]]) < DEQ_BOUND
+    cv = random_case(seq_lens=[70, 20], query_lens=[2, 1], num_heads=12, num_kv_heads=2, head_dim=D,
+                     block_size=16, layout=lay, generator=torch.Generator().manual_seed(32), device=DEV)
+    out = _run_verify(cv, lay, num_splits=2, tiles=TileConfig(64, 4, 1 if pf else 2, "w", pf, words=2, vsplit=2))
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
+
+
 @pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
 def test_scale_zero_word_matches_two_halves(pf):
     """Byte path: scale/zero read as one int32 word (default) or as two fp16 loads, same result."""

@@ -216,9 +216,12 @@ def _check_case(case):
                 alt_tiles = (T(32, 4, 1, "n", True, words=4), T(32, 4, 1, "n", 2, words=4), T(64, 4, 1, "n", True, words=2),
                              T(64, 4, 1, "n", 2, words=4), T(32, 4, 1, "n", 2, maxnreg=128, words=4),
                              T(64, 4, 3, maxnreg=168), T(64, 4, 3, maxnreg=168, sz_word=False), T(64, 8, 3),
-                             T(64, 4, 1, "n", True, maxnreg=168), T(32, 4, 1, "n", True, words=4, fused_sums=False))
+                             T(64, 4, 1, "n", True, maxnreg=168), T(32, 4, 1, "n", True, words=4, fused_sums=False),
+                             T(64, 4, 2, "w", words=2), T(64, 4, 1, "w", True, words=2), T(32, 2, 3, "w", words=2),
+                             T(64, 4, 2, "w", words=2, vsplit=2), T(64, 4, 2, "w", words=2, vsplit=4))
             else:
-                alt_tiles = (T(32, 4, 3, words=2), T(32, 4, 3, sz_word=False), T(64, 4, 3), T(32, 4, 1, "n", 2, words=2))
+                alt_tiles = (T(32, 4, 3, words=2), T(32, 4, 3, sz_word=False), T(64, 4, 3), T(32, 4, 1, "n", 2, words=2),
+                             T(32, 8, 3), T(64, 8, 3), T(64, 4, 2, "w", words=2))
             for t in alt_tiles:
                 o2 = torch.full_like(c["query"], float("nan"))
                 if qlens is None:
@@ -271,33 +274,43 @@ def tile_key(t) -> str:
     return (f"{t.kernel}{t.block_n}x{t.num_warps}w{t.num_stages}s"
             + (f"pf{int(t.prefetch)}" if t.prefetch else "") + (f"r{t.maxnreg}" if t.maxnreg else "")
             + (f"W{t.words}" if t.words else "") + ("" if t.sz_word else "-sz16")
-            + ("" if t.fused_sums else "-unfused"))
+            + ("" if t.fused_sums else "-unfused") + (f"-vs{t.vsplit}" if t.vsplit > 1 else ""))
 
 
 def tune_variants(kind, B, D, rows, S):
     """(label, tiles, splits) of the --tune sweep for one row; the first is the previous default.
 
-    ``S`` is the split count the launcher picks (``pick_num_splits``).
+    ``S`` is ``pick_num_splits``'s count (the previous defaults' split count).
     """
     from vllm_genesis.turboquant._launch import TileConfig as T
 
     if rows > 16:  # verify
-        old = T(32, 4, 3, sz_word=False, fused_sums=False)
-        tiles = [T(32, 4, 3), T(16, 4, 3), T(64, 4, 3)]
+        old = T(32, 4, 3)
+        tiles = []
         splits = [(T(32, 4, 3), S * 3 // 4), (T(32, 4, 3), S * 3 // 2)]
     elif D >= 256:
-        old = T(32, 4, 1, "n", True, words=4, fused_sums=False)
-        tiles = [T(32, 4, 1, "n", True, words=4), T(64, 4, 1, "n", True, words=4, fused_sums=False),
-                 T(64, 4, 1, "n", True, words=4), T(64, 4, 1, "n", 2, words=4)]
-        splits = [(T(64, 4, 1, "n", True, words=4), max(1, S // 2)), (T(64, 4, 1, "n", True, words=4), S * 3 // 2)]
+        old = T(64, 4, 1, "n", True, words=4)
+        tiles = []
+        splits = [(old, max(1, S // 2)), (T(32, 2, 2, "w", words=2, vsplit=2), max(1, S // 2))]
     else:
-        old = T(64, 4, 3, maxnreg=168, sz_word=False, fused_sums=False)
-        tiles = [T(64, 4, 3, maxnreg=168, fused_sums=False), T(64, 4, 3, maxnreg=168), T(128, 4, 2, maxnreg=168),
-                 T(64, 4, 1, "n", 2, words=4)]
-        splits = [(T(64, 4, 3, maxnreg=168), max(1, S // 2)), (T(64, 4, 3, maxnreg=168), max(1, S // 4))]
+        old = T(64, 4, 3, maxnreg=168)
+        w2 = T(32, 2, 3, "w", words=2)
+        tiles = [w2]
+        splits = [(old, max(1, S // 2)), (w2, max(1, S // 2)), (w2, max(1, S // 4)), (T(32, 2, 2, "w", words=2), max(1, S // 2)),
+                  (T(64, 4, 2, "w", words=2), max(1, S // 2))]
     out = [(tile_key(old) + " (old default)", old, S)] + [(tile_key(t), t, S) for t in tiles]
     out += [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in splits]
     return out
+
+
+def _default_splits(B, Hk, L, D, G, cache, lay):
+    """The split count the launcher uses for this decode row with its default tiles."""
+    from vllm_genesis.turboquant._launch import cache_words_ok, default_num_splits, default_tiles, num_sms
+    from vllm_genesis.turboquant.layout import next_pow2
+
+    ok = cache_words_ok(lay, cache)
+    t = default_tiles(D, max(16, next_pow2(G)), True, B * Hk, L, ok, 1)
+    return default_num_splits(B, Hk, L, num_sms(0), t, ok, D)
 
 
 def time_row(row, copy_bps):
@@ -322,9 +335,10 @@ def time_row(row, copy_bps):
         out = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=DEV)
         S = pick_num_splits(B, Hk, L, num_sms(0))
         ws = split_workspace(B, Hk, S, Hq // Hk, D, DEV)
+        S_def = _default_splits(B, Hk, L, D, Hq // Hk, cache, lay)
 
-        def ours(tiles=None, splits=S, dot_bf16=None):
-            wsp = ws if splits == S else split_workspace(B, Hk, splits, Hq // Hk, D, DEV)
+        def ours(tiles=None, splits=S_def, dot_bf16=None):
+            wsp = ws if splits <= S else split_workspace(B, Hk, splits, Hq // Hk, D, DEV)
             return lambda: tq_decode_attention(q, cache, bt, seq_lens, scale=scale, layout=lay, num_splits=splits,
                                                out=out, workspace=wsp, tiles=tiles, dot_bf16=dot_bf16)
 
@@ -354,9 +368,10 @@ def time_row(row, copy_bps):
         S = pick_num_splits(B, Hk, L, num_sms(0))
         rows = QL * (Hq // Hk)
         ws = split_workspace(B, Hk, S, rows, D, DEV)
+        S_def = S
 
-        def ours(tiles=None, splits=S, dot_bf16=None):
-            wsp = ws if splits == S else split_workspace(B, Hk, splits, rows, D, DEV)
+        def ours(tiles=None, splits=S_def, dot_bf16=None):
+            wsp = ws if splits <= S else split_workspace(B, Hk, splits, rows, D, DEV)
             return lambda: tq_verify_attention(q, kt, vt, cache, bt, seq_lens, qsl, QL, scale=scale, layout=lay,
                                                num_splits=splits, out=out, workspace=wsp, tiles=tiles,
                                                dot_bf16=dot_bf16)
@@ -387,7 +402,8 @@ def time_row(row, copy_bps):
         def sdpa():
             return F.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, scale=scale, enable_gqa=True)
 
-    res["splits"] = S
+    res["splits"] = S_def
+    res["splits_pick_num_splits"] = S
 
     def safe(fn, graph=True):
         try:
@@ -415,7 +431,7 @@ def time_row(row, copy_bps):
     if ARGS.tune:
         variants = {}
         for key, t, s2 in tune_variants(kind, B, D, QL * (Hq // Hk), S):
-            variants[key] = safe(ours(t, splits=s2) if s2 != S else ours(t))
+            variants[key] = safe(ours(t, splits=s2))
         res["variants"] = variants
         print(f"  variants {kind} B={B} L={L}: " + ", ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in variants.items()), flush=True)

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Compile TurboQuant stage-1 kernels for sm_90 without a GPU and summarise their SASS.
+
+    PYTHONPATH=<triton 3.6 package dir> python tools/bench/tq_sass.py [--dump DIR]
+
+Uses ``triton.compile`` with an sm_90 target (Triton's bundled ptxas / cuobjdump), for the
+shapes of the benchmark rows, and prints registers, spills, shared memory and the SASS
+opcode counts of the main loop (the longest backward branch), divided by the tokens one
+loop iteration handles (warp instructions per token). A static count, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "kernels"))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from vllm_genesis.turboquant import _kernels as K  # noqa: E402
+from vllm_genesis.turboquant.layout import TQLayout  # noqa: E402
+
+PTR = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "Cent": "*bf16",
+       "MidO": "*fp32", "MidL": "*fp32"}
+INTS = ["stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_bt", "num_splits"]
+
+
+def compile_stage1(fn, *, G, QL, D, Hk, block_n, warps, stages, extra, page=16, maxnreg=None):
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    slot = lay.slot_size_aligned
+    rows = G * QL
+    m_pad = max(16, 1 << (rows - 1).bit_length())
+    consts = dict(HK=Hk, G=G, QL=QL, ROWS=rows, M_PAD=m_pad, D=D, PAGE=page, KEY_FP8=True, MSE_BITS=0,
+                  NORM_CORR=False, VQB=4, KPS=D, VAL_BYTES=D // 2, BLOCK_N=block_n, ALIGN=4, RAW_TAIL=QL > 1,
+                  HAS_QSTART=QL > 1, FP8_E4B15=0, DOT_BF16=False, **extra)
+    jit = fn
+    names = jit.arg_names
+    sig = {}
+    for n in names:
+        if n in PTR:
+            sig[n] = PTR[n]
+        elif n in INTS:
+            sig[n] = "i32"
+        elif n == "qk_scale":
+            sig[n] = "fp32"
+        else:
+            sig[n] = "constexpr"
+    # which ints are divisible by 16 in the benchmark (Triton specialises on it)
+    div16 = {"stride_qt": True, "stride_qh": True, "stride_kb": (page * Hk * slot) % 16 == 0,
+             "stride_kp": (Hk * slot) % 16 == 0, "stride_kh": slot % 16 == 0, "stride_bt": False}
+    attrs = {}
+    for i, n in enumerate(names):
+        if n in PTR or div16.get(n):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    cx = {(names.index(k),): v for k, v in consts.items() if k in names}
+    for i, prm in enumerate(jit.params):  # constexprs left at their defaults
+        if prm.is_constexpr and (i,) not in cx:
+            cx[(i,)] = prm.default
+    for n in names:
+        if sig[n] == "constexpr" and (names.index(n),) not in cx:
+            sig.pop(n)
+    src = ASTSource(fn=jit, signature=sig, constexprs=cx, attrs=attrs)
+    opts = {"num_warps": warps, "num_stages": stages}
+    if maxnreg:
+        opts["maxnreg"] = maxnreg
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return ck
+
+
+def sass_of(ck) -> str:
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        return subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+
+
+def res_usage(ck) -> str:
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        out = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", out)
+    return f"regs {m.group(1)} stack {m.group(2)} smem {m.group(3)}" if m else out.strip()[-200:]
+
+
+def loop_stats(sass: str):
+    lines = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+    addr = []
+    ops = []
+    for ln in lines:
+        m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);", ln)
+        if not m:
+            continue
+        addr.append(int(m.group(1), 16))
+        ops.append(m.group(2))
+    best = None
+    for i, op in enumerate(ops):
+        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", op) or re.search(r"BRA.*?\(\.L_x_(\d+)\)", op)
+        mm = re.search(r"0x([0-9a-f]+)", op) if "BRA" in op else None
+        if mm:
+            tgt = int(mm.group(1), 16)
+            if tgt < addr[i]:
+                j = addr.index(tgt) if tgt in addr else None
+                if j is not None and (best is None or i - j > best[1] - best[0]):
+                    best = (j, i)
+    if best is None:
+        return len(ops), Counter()
+    body = ops[best[0] : best[1] + 1]
+    c = Counter()
+    for op in body:
+        op = re.sub(r"^@!?U?P\w+\s+", "", op)
+        c[op.split()[0].split(".")[0]] += 1
+    return len(body), c
+
+
+CONFIGS = {
+    # name: (fn, G, QL, D, Hk, block_n, warps, stages, extra, maxnreg)
+    "n64 D128 G4 r168 (default B>=32 pairs)": ("n", 4, 1, 128, 8, 64, 4, 3, dict(SZW=True, FUSE_SUMS=True), 168),
+    "w64x4 D128 G4 pipeliner": ("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), None),
+    "w64x4 D128 G4 s2": ("w", 4, 1, 128, 8, 64, 4, 2, dict(ASM=True, NW=4), None),
+    "w64x4 D128 G4 pf": ("w", 4, 1, 128, 8, 64, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), None),
+    "w128x4 D128 G4 s2": ("w", 4, 1, 128, 8, 128, 4, 2, dict(ASM=True, NW=4), None),
+    "w128x4 D128 G4 pf": ("w", 4, 1, 128, 8, 128, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), None),
+    "w64x4 D128 G4 s3 r128": ("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), 128),
+    "w64x4 D128 G4 s2 r168": ("w", 4, 1, 128, 8, 64, 4, 2, dict(ASM=True, NW=4), 168),
+    "w64x4 D128 G4 s3 r168": ("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), 168),
+    "w64x4 D128 G4 pf r168": ("w", 4, 1, 128, 8, 64, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), 168),
+    "w64x4 D256 G6 s2 vsplit2": ("w", 6, 1, 256, 4, 64, 4, 2, dict(ASM=True, NW=4, VSPLIT=2), None),
+    "w64x4 D256 G6 pf vsplit2": ("w", 6, 1, 256, 4, 64, 4, 1, dict(ASM=True, NW=4, VSPLIT=2, PREFETCH=True), None),
+    "w64x4 D256 G6 s2 vsplit4": ("w", 6, 1, 256, 4, 64, 4, 2, dict(ASM=True, NW=4, VSPLIT=4), None),
+    "w32x2 D256 G6 s2 vsplit2": ("w", 6, 1, 256, 4, 32, 2, 2, dict(ASM=True, NW=2, VSPLIT=2), None),
+    "n64 D256 G6 pf W4 (default B=1)": ("n", 6, 1, 256, 4, 64, 4, 1, dict(PREFETCH=True, WORDS=4, SZW=True, FUSE_SUMS=True), None),
+    "w32x2 D128 G4 s3": ("w", 4, 1, 128, 8, 32, 2, 3, dict(ASM=True, NW=2), None),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", default=None)
+    ap.add_argument("--only", default=None, help="substring of the config names")
+    a = ap.parse_args()
+    for name, (kind, G, QL, D, Hk, bn, w, st, extra, mr) in CONFIGS.items():
+        if a.only and a.only not in name:
+            continue
+        fn = {"n": K._tq_split_kernel, "w": K._tq_split_kernel_w}[kind]
+        try:
+            ck = compile_stage1(fn, G=G, QL=QL, D=D, Hk=Hk, block_n=bn, warps=w, stages=st, extra=extra, maxnreg=mr)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name}: compile failed: {type(exc).__name__}: {str(exc)[-1500:]}")
+            continue
+        sass = sass_of(ck)
+        n, c = loop_stats(sass)
+        tok = bn  # tokens of one loop iteration, per program
+        top = ", ".join(f"{k} {v}" for k, v in c.most_common(14))
+        print(f"{name}: {res_usage(ck)} dyn-smem {ck.metadata.shared} | loop {n} instr/warp, "
+              f"{n / tok * w:.1f} warp-instr/token | {top}", flush=True)
+        if a.dump:
+            Path(a.dump).mkdir(parents=True, exist_ok=True)
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+            (Path(a.dump) / f"{safe}.sass").write_text(sass)
+            (Path(a.dump) / f"{safe}.ttgir").write_text(ck.asm["ttgir"])
+
+
+if __name__ == "__main__":
+    main()
