@@ -36,17 +36,23 @@ def _unsafe(path: str) -> bool:
             or any(p.lower() == ".git" for p in parts) or parts[-1] == ".gitattributes")
 
 
-def _parents_are_dirs(root: Path, path: str) -> bool:
-    """Every existing leading directory of ``path`` is a real directory (no link, no file)."""
-    current = root
-    for part in path.split("/")[:-1]:
-        current = current / part
+def _parents_are_dirs(root: Path, path: str, known: set[str]) -> bool:
+    """Every existing leading directory of ``path`` is a real directory (no link, no file).
+
+    ``known`` collects the directories already found real, so a batch stats each once.
+    """
+    parts = path.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        if prefix in known:
+            continue
         try:
-            st = os.lstat(current)
+            st = os.lstat(root / prefix)
         except FileNotFoundError:
             return True
         if not stat.S_ISDIR(st.st_mode):
             return False
+        known.add(prefix)
     return True
 
 
@@ -57,11 +63,12 @@ def plan_writes(root: Path, old_modes: dict[str, str], changes: dict[str, tuple[
     (absent: not tracked). Returns None when git should make the move instead.
     """
     writes: list[Write] = []
+    dirs: set[str] = set()
     for path, change in sorted(changes.items()):
         old = old_modes.get(path)
         if _unsafe(path) or (old is not None and old not in REGULAR) or (change is not None and change[0] not in REGULAR):
             return None
-        if not _parents_are_dirs(root, path):
+        if not _parents_are_dirs(root, path, dirs):
             return None
         try:
             st = os.lstat(root / path)
