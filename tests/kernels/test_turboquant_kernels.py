@@ -383,6 +383,73 @@ def test_warmup_compiles_every_query_len():
     assert n == 3
 
 
+class _VariantLog:
+    """Wraps the launchers' Triton kernels and records what picks a compiled variant of each launch:
+    the kernel, its compile-time arguments, and how Triton specialises its integer arguments
+    (== 1, divisible by 16, other) -- except those it is told not to specialise."""
+
+    def __init__(self, monkeypatch):
+        from vllm_genesis.turboquant import _launch
+
+        self.seen: set = set()
+        for name in ("_tq_split_kernel", "_tq_split_kernel_t", "_tq_split_kernel_w", "_tq_combine_kernel"):
+            monkeypatch.setattr(_launch, name, self._wrap(getattr(_launch, name), name))
+
+    def _wrap(self, kernel, name):
+        log = self
+
+        class Wrapped:
+            def __getitem__(self, grid):
+                launch = kernel[grid]
+
+                def run(*args, **kwargs):
+                    ints = tuple(
+                        (arg, "1" if v == 1 else "16" if v % 16 == 0 else "n")
+                        for arg, v in zip(kernel.arg_names, args)
+                        if isinstance(v, int) and not isinstance(v, bool) and arg != "num_splits"
+                    )
+                    log.seen.add((name, tuple(sorted(kwargs.items())), ints))
+                    return launch(*args, **kwargs)
+
+                return run
+
+        return Wrapped()
+
+
+def _real_calls(max_blocks: int, Hq: int = 12, Hk: int = 2, D: int = 64, bs: int = 16):
+    """A decode batch of 5 and a verify batch of 3 requests x 3 tokens, as a server would send."""
+    g = torch.Generator().manual_seed(5)
+    kv = torch.randint(0, 255, (12, bs, Hk, as_layout_slot(D)), generator=g, dtype=torch.uint8).to(DEV)
+    bt = torch.randint(0, 12, (5, max_blocks), generator=g, dtype=torch.int32).to(DEV)
+    tq_decode_attention(torch.randn(5, Hq, D, generator=g).to(DEV, torch.bfloat16), kv, bt,
+                        torch.tensor([40, 7, 33, 1, 90], dtype=torch.int32, device=DEV))
+    q = torch.randn(9, Hq, D, generator=g).to(DEV, torch.bfloat16)
+    k = torch.randn(9, Hk, D, generator=g).to(DEV, torch.bfloat16)
+    tq_verify_attention(q, k, torch.randn_like(k), kv, bt[:3], torch.tensor([20, 50, 9], dtype=torch.int32, device=DEV),
+                        torch.tensor([0, 3, 6, 9], dtype=torch.int32, device=DEV), 3)
+
+
+def as_layout_slot(D: int) -> int:
+    from vllm_genesis.turboquant._launch import as_layout
+
+    return as_layout("turboquant_k8v4", D).slot_size_aligned
+
+
+def test_warmup_reaches_the_variants_real_calls_use(monkeypatch):
+    """PN522: after warmup_verify with the server's block-table width and batch limit, a real
+    decode and verify launch need no kernel variant the warm-up did not build."""
+    shape = dict(num_heads=12, num_kv_heads=2, head_dim=64, block_size=16, query_lens=(3,), device=DEV)
+    log = _VariantLog(monkeypatch)
+    _real_calls(max_blocks=64)
+    needed = set(log.seen)
+    log.seen.clear()
+    warmup_verify(**shape, max_blocks=64, max_num_seqs=8)
+    assert needed and needed <= log.seen, needed - log.seen
+    log.seen.clear()
+    warmup_verify(**shape)  # a 2-wide table and one request: not enough (the check above can fail)
+    assert not needed <= log.seen
+
+
 # ---------------------------------------------------------------- cache layout vs 0.24.0's store
 
 

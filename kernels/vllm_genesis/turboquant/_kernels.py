@@ -120,7 +120,7 @@ def _scale_zero(w):
     return vs, vz
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel(
     QR,  # [T, Hq, D] query (rotated for MSE keys), any float dtype
     KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
@@ -579,7 +579,7 @@ def _tq_split_kernel(
         tl.store(MidO + mid_row[:, None] * D + dd[None, :], o, mask=rmask[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_combine_kernel(
     MidO,  # fp32 [B, HK, S, ROWS, D]
     MidL,  # fp32 [B, HK, S, ROWS]
@@ -684,7 +684,7 @@ def _tq_combine_kernel(
     tl.store(Out + tok * stride_ot + head * stride_oh + cols, out.to(Out.dtype.element_ty), mask=(cols * 0 + qi) < q_rows)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel_t(
     QR,
     KV,
@@ -853,7 +853,7 @@ def _tq_split_kernel_t(
     tl.store(optr + 1, o_hi, mask=rmask[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel_w(
     QR,
     KV,

@@ -119,6 +119,24 @@ def default_num_splits(
     return s
 
 
+def launch_plan(
+    batch: int, num_kv_heads: int, head_dim: int, group: int, query_len: int, key_fp8: bool, max_context: int,
+    words_ok: bool, n_sms: int, *, tiles: TileConfig | None = None, num_splits: int | None = None,
+) -> tuple[TileConfig, int]:
+    """The tiles and split count ``run_attention`` launches with (``None``: its defaults)."""
+    m_pad = max(16, next_pow2(query_len * group))
+    if tiles is None:
+        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, query_len)
+    if num_splits is None:
+        num_splits = default_num_splits(batch, num_kv_heads, max_context, n_sms, tiles, words_ok, head_dim)
+    return tiles, int(num_splits)
+
+
+def combine_chunk(num_splits: int) -> int:
+    """Splits the combine stage merges per step (a compile-time constant of its kernel)."""
+    return min(128, max(2, next_pow2(num_splits)))
+
+
 def cache_words_ok(layout: TQLayout, kv_cache: torch.Tensor) -> bool:
     """fp8 keys + 4-bit values whose slots can be read as aligned int32 words."""
     align = pow2_alignment(kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.storage_offset())
@@ -191,11 +209,8 @@ def run_attention(
     if max_context is None:
         max_context = block_table.shape[1] * page
     words_ok = cache_words_ok(layout, kv_cache)
-    if tiles is None:
-        tiles = default_tiles(D, M_PAD, layout.key_fp8, batch * Hk, max_context, words_ok, QL)
-    if num_splits is None:
-        num_splits = default_num_splits(batch, Hk, max_context, num_sms(dev_index), tiles, words_ok, D)
-    S = int(num_splits)
+    tiles, S = launch_plan(batch, Hk, D, G, QL, layout.key_fp8, max_context, words_ok, num_sms(dev_index),
+                           tiles=tiles, num_splits=num_splits)
     if dot_bf16 is None:
         dot_bf16 = False  # fp16 products: exact for fp8 keys and bf16 queries of normal range
 
@@ -290,7 +305,7 @@ def run_attention(
     )
     kr = key if raw_tail else query
     vr = value if raw_tail else query
-    s_chunk = min(128, max(2, next_pow2(S)))
+    s_chunk = combine_chunk(S)
     dc = max(16, min(D, 4096 // s_chunk))
     _tq_combine_kernel[(ROWS * (D // dc), Hk, batch)](
         mid_o,

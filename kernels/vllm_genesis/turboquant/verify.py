@@ -90,42 +90,63 @@ def warmup_verify(
     device="cuda",
     raw_tail: bool = True,
     dot_bf16: bool | None = None,
+    max_blocks: int = 2,
+    max_num_seqs: int = 1,
+    split_cap: int | None = None,
 ) -> int:
-    """Compile the verify (and decode) kernels for one layer shape before serving.
+    """Compile the decode and verify kernels for one layer shape before serving.
 
-    Runs each kernel variant once on a tiny cache so the first real request -- or a
-    CUDA-graph capture -- does not pay Triton's JIT. Returns the number of launches.
+    Launches every kernel variant that real calls of this shape can reach, once each, on
+    a tiny cache, so the first request -- or a CUDA-graph capture -- does not pay Triton's
+    JIT. A variant is fixed by the tiles and the combine stage's chunk, which the launchers
+    pick from the batch size, the query length and the context capacity, so pass what the
+    server uses: ``max_blocks``, the block table's width (vLLM: ``cdiv(max_model_len,
+    block_size)``; it sets the capacity the split count is picked from and the table's
+    stride), ``max_num_seqs``, the largest batch (every batch size up to it is planned,
+    each distinct variant launched once), and ``split_cap``, a ceiling the caller puts on
+    the split count (as P67b does under CUDA graphs). Returns the number of launches.
     """
+    from ._launch import cache_words_ok, combine_chunk, launch_plan, num_sms
+    from .decode import tq_decode_attention
+
     lay = as_layout(layout, head_dim)
-    slot = lay.slot_size_aligned
-    cache = torch.zeros(2, block_size, num_kv_heads, slot, dtype=torch.uint8, device=device)
-    bt = torch.zeros(1, 2, dtype=torch.int32, device=device)
+    cache = torch.zeros(2, block_size, num_kv_heads, lay.slot_size_aligned, dtype=torch.uint8, device=device)
     centroids = PiT = None
     if not lay.key_fp8:
         centroids = torch.linspace(-1, 1, 2**lay.mse_bits, device=device)
         PiT = torch.eye(head_dim, device=device)
+    words_ok = cache_words_ok(lay, cache)
+    sms = num_sms(torch.device(device).index or 0)
+    group = num_heads // num_kv_heads
+    capacity = max_blocks * block_size
     launches = 0
-    from .decode import tq_decode_attention
-
-    q1 = torch.zeros(1, num_heads, head_dim, dtype=dtype, device=device)
-    tq_decode_attention(
-        q1, cache, bt, torch.ones(1, dtype=torch.int32, device=device),
-        layout=lay, centroids=centroids, PiT=PiT, num_splits=1, dot_bf16=dot_bf16,
-    )
-    launches += 1
-    for ql in query_lens:
-        q = torch.zeros(ql, num_heads, head_dim, dtype=dtype, device=device)
-        k = v = None
-        if raw_tail:
-            k = torch.zeros(ql, num_kv_heads, head_dim, dtype=dtype, device=device)
-            v = torch.zeros_like(k)
-        tq_verify_attention(
-            q, k, v, cache, bt,
-            torch.tensor([ql + 1], dtype=torch.int32, device=device),
-            torch.tensor([0, ql], dtype=torch.int32, device=device),
-            ql, layout=lay, centroids=centroids, PiT=PiT, num_splits=1, dot_bf16=dot_bf16,
-        )
-        launches += 1
+    for ql in (0, *query_lens):  # 0: the decode launcher
+        chosen: dict[tuple, tuple[int, int]] = {}
+        for batch in range(1, max(1, max_num_seqs) + 1):
+            tiles, splits = launch_plan(batch, num_kv_heads, head_dim, group, max(ql, 1), lay.key_fp8, capacity,
+                                        words_ok, sms)
+            if split_cap is not None:
+                splits = max(1, min(splits, split_cap))
+            chosen.setdefault((tiles, combine_chunk(splits)), (batch, splits))
+        for batch, splits in chosen.values():
+            bt = torch.zeros(batch, max_blocks, dtype=torch.int32, device=device)
+            common = dict(layout=lay, centroids=centroids, PiT=PiT, num_splits=splits, dot_bf16=dot_bf16)
+            if ql == 0:
+                q = torch.zeros(batch, num_heads, head_dim, dtype=dtype, device=device)
+                tq_decode_attention(q, cache, bt, torch.ones(batch, dtype=torch.int32, device=device), **common)
+            else:
+                q = torch.zeros(batch * ql, num_heads, head_dim, dtype=dtype, device=device)
+                k = v = None
+                if raw_tail:
+                    k = torch.zeros(batch * ql, num_kv_heads, head_dim, dtype=dtype, device=device)
+                    v = torch.zeros_like(k)
+                tq_verify_attention(
+                    q, k, v, cache, bt,
+                    torch.full((batch,), ql + 1, dtype=torch.int32, device=device),
+                    torch.arange(0, batch * ql + 1, ql, dtype=torch.int32, device=device),
+                    ql, **common,
+                )
+            launches += 1
     return launches
 
 
