@@ -54,7 +54,9 @@ def recorder(*args, **kwargs):
         "head_dim": kwargs["head_dim"], "block_size": kwargs["block_size"],
         "layout": [lay.key_bits, lay.value_bits, lay.norm_correction],
         "query_lens": list(kwargs["query_lens"]), "dtype": str(kwargs["dtype"]),
-        "device": str(kwargs["device"]), "raw_tail": kwargs["raw_tail"]})
+        "device": str(kwargs["device"]), "raw_tail": kwargs["raw_tail"],
+        "max_blocks": kwargs.get("max_blocks"), "max_num_seqs": kwargs.get("max_num_seqs"),
+        "split_cap": kwargs.get("split_cap")})
     if MODE == "fail":
         raise RuntimeError("compiler exploded")
     return 1
@@ -90,7 +92,8 @@ ctx["l6"] = SimpleNamespace(impl=object(), kv_cache=torch.zeros(3, 16, 1, 64), d
 
 worker = SimpleNamespace(
     vllm_config=config, scheduler_config=config.scheduler_config,
-    model_runner=SimpleNamespace(attn_groups=[], is_pooling_model=False),
+    model_runner=SimpleNamespace(attn_groups=[], is_pooling_model=False, input_batch=SimpleNamespace(
+        block_table=SimpleNamespace(block_tables=[SimpleNamespace(block_size=16, max_num_blocks_per_req=80)]))),
     get_model=lambda: None)
 
 kw.kernel_warmup(worker)
@@ -135,7 +138,9 @@ meta = TurboQuantMetadata(
 out = impl.forward(mod, q, torch.zeros(N, 64, dtype=torch.bfloat16),
                    torch.zeros(N, 64, dtype=torch.bfloat16), kv, meta)
 
-print(json.dumps({"cpu_calls": cpu_calls, "first": first, "second": second,
+print(json.dumps({"max_num_seqs": config.scheduler_config.max_num_seqs,
+                  "split_cap": config.attention_config.tq_max_kv_splits_for_cuda_graph,
+                  "cpu_calls": cpu_calls, "first": first, "second": second,
                   "warnings": warnings, "verify_launches": launches,
                   "finite": bool(torch.isfinite(out).all())}))
 """
@@ -148,10 +153,13 @@ def run(mode: str, spec: int) -> dict:
     return run_interpreted(SCRIPT.replace("sys.argv[1], int(sys.argv[2])", f"{mode!r}, {spec}"), TREE, REPO / "kernels")
 
 
-def shape(heads, kv_heads, head_dim, block, layout, dtype, query_lens, raw_tail):
+def shape(heads, kv_heads, head_dim, block, layout, dtype, query_lens, raw_tail, res, split_cap=None):
+    # the runner's block table for 16-token pages is 80 wide; none is given for 32-token
+    # pages and the stand-in config has no model (max_model_len), so the floor of 2 applies
     return {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim, "block_size": block,
             "layout": layout, "query_lens": query_lens, "dtype": dtype, "device": "cpu",
-            "raw_tail": raw_tail}
+            "raw_tail": raw_tail, "max_blocks": 80 if block == 16 else 2, "max_num_seqs": res["max_num_seqs"],
+            "split_cap": split_cap}
 
 
 def test_fixed_warmup_once_per_layer_shape(switch):
@@ -161,9 +169,9 @@ def test_fixed_warmup_once_per_layer_shape(switch):
     assert res["cpu_calls"] == []  # caches off a CUDA device are never warmed
     ks = [2, 3, 4]  # K+1 lengths of a 3-token drafter
     assert res["first"] == [
-        shape(6, 2, 32, 16, K8V4, "torch.bfloat16", ks, False),
-        shape(6, 2, 32, 16, K8V4, "torch.float16", ks, False),
-        shape(4, 1, 64, 32, MSE4, "torch.bfloat16", ks, False),
+        shape(6, 2, 32, 16, K8V4, "torch.bfloat16", ks, False, res),
+        shape(6, 2, 32, 16, K8V4, "torch.float16", ks, False, res),
+        shape(4, 1, 64, 32, MSE4, "torch.bfloat16", ks, False, res),
     ]
     assert res["second"] == []
     assert res["warnings"] == []
@@ -204,3 +212,12 @@ def test_off_without_p67_no_warmup(switch):
     res = run("on", 3)
     assert res["first"] == [] and res["second"] == []
     assert res["verify_launches"] == [] and res["finite"]
+
+
+def test_fixed_p67b_split_ceiling_is_warmed_too(switch):
+    switch("P67", True)
+    switch("P67b", True)
+    switch("PN522", True)
+    res = run("on", 3)
+    assert [c["split_cap"] for c in res["first"]] == [res["split_cap"]] * 3
+    assert res["split_cap"] >= 1 and res["verify_launches"] == [6] and res["finite"]

@@ -103,8 +103,9 @@ def warmup_verify(
     server uses: ``max_blocks``, the block table's width (vLLM: ``cdiv(max_model_len,
     block_size)``; it sets the capacity the split count is picked from and the table's
     stride), ``max_num_seqs``, the largest batch (every batch size up to it is planned,
-    each distinct variant launched once), and ``split_cap``, a ceiling the caller puts on
-    the split count (as P67b does under CUDA graphs). Returns the number of launches.
+    each distinct variant launched once), and ``split_cap``, a ceiling some callers put
+    on the split count (P67b under CUDA graphs): the variants with and without it are
+    built. Returns the number of launches.
     """
     from ._launch import cache_words_ok, combine_chunk, launch_plan, num_sms
     from .decode import tq_decode_attention
@@ -125,9 +126,8 @@ def warmup_verify(
         for batch in range(1, max(1, max_num_seqs) + 1):
             tiles, splits = launch_plan(batch, num_kv_heads, head_dim, group, max(ql, 1), lay.key_fp8, capacity,
                                         words_ok, sms)
-            if split_cap is not None:
-                splits = max(1, min(splits, split_cap))
-            chosen.setdefault((tiles, combine_chunk(splits)), (batch, splits))
+            for count in {splits, max(1, min(splits, split_cap or splits))}:
+                chosen.setdefault((tiles, combine_chunk(count)), (batch, count))
         for batch, splits in chosen.values():
             bt = torch.zeros(batch, max_blocks, dtype=torch.int32, device=device)
             common = dict(layout=lay, centroids=centroids, PiT=PiT, num_splits=splits, dot_bf16=dot_bf16)
