@@ -44,6 +44,14 @@ RAW_BOUND = {
 DEQ_BOUND = 1e-2
 
 
+def _poison_past_end(c: dict, seq_lens, page: int) -> None:
+    """0xFF (fp8 and fp16 NaN patterns) in the allocated but unwritten slots of each
+    sequence's last page: the kernels must never let them into a result."""
+    for b, L in enumerate(seq_lens):
+        if L % page:
+            c["kv_cache"][int(c["block_table"][b, (L - 1) // page]), L % page :] = 0xFF
+
+
 def _poisoned(like: torch.Tensor) -> torch.Tensor:
     return torch.full_like(like, float("nan"))
 
@@ -131,9 +139,7 @@ def test_decode_ignores_unwritten_slots_past_the_end():
     lay = TQLayout.from_preset("turboquant_k8v4", 64)
     c = random_case(seq_lens=[37, 70], num_heads=12, num_kv_heads=2, head_dim=64, block_size=32,
                     layout=lay, generator=torch.Generator().manual_seed(4), device=DEV)
-    for b, L in enumerate([37, 70]):
-        last = int(c["block_table"][b, (L - 1) // 32])
-        c["kv_cache"][last, L % 32 :] = 0xFF  # fp8 and fp16 NaN patterns
+    _poison_past_end(c, [37, 70], 32)
     for tiles in (None, TileConfig(32, 4, 3), TileConfig(16, 4, 1, "n", True)):
         out = _run_decode(c, lay, num_splits=2, tiles=tiles)
         assert not torch.isnan(out).any()
@@ -149,9 +155,7 @@ def test_word_path_decode_and_verify(words, pf):
     seqs = [37, 70, 1, 0]
     c = random_case(seq_lens=seqs, num_heads=12, num_kv_heads=2, head_dim=D, block_size=32,
                     layout=lay, generator=torch.Generator().manual_seed(11), device=DEV)
-    for b, L in enumerate(seqs[:3]):
-        last = int(c["block_table"][b, (L - 1) // 32])
-        c["kv_cache"][last, L % 32 :] = 0xFF
+    _poison_past_end(c, seqs[:3], 32)
     for bn in (16, 64):
         tiles = TileConfig(bn, 4, 1 if pf else 2, "n", pf, words=words)
         out = _run_decode(c, lay, num_splits=2, tiles=tiles)
@@ -177,10 +181,7 @@ def test_word_path_two_tiles_ahead(hq, hk, page):
     seqs = [203, 1, 0, 95, 33]
     c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
                     layout=lay, generator=torch.Generator().manual_seed(hq + page), device=DEV)
-    for b, L in enumerate(seqs):
-        if L:
-            last = int(c["block_table"][b, (L - 1) // page])
-            c["kv_cache"][last, L % page :] = 0xFF
+    _poison_past_end(c, seqs, page)
     keep = [0, 1, 3, 4]
     ref = _ref(c, lay)
     for bn, splits in ((16, 3), (32, 2), (64, 5)):
@@ -206,10 +207,7 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
     seqs = [203, 1, 0, 95, 33]
     c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
                     layout=lay, generator=torch.Generator().manual_seed(hq * page + pf), device=DEV)
-    for b, L in enumerate(seqs):
-        if L:
-            last = int(c["block_table"][b, (L - 1) // page])
-            c["kv_cache"][last, L % page :] = 0xFF
+    _poison_past_end(c, seqs, page)
     keep = [0, 1, 3, 4]
     ref = _ref(c, lay)
     for bn, nw, splits, words in ((64, 4, 3, 2), (32, 2, 2, 1), (128, 4, 7, 2), (64, 2, 1, 1)):
@@ -247,9 +245,7 @@ def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
     seqs = [70, 0, 33, 1] * 4  # 16 sequences x 2 KV heads = 32 pairs
     c = random_case(seq_lens=seqs, num_heads=8, num_kv_heads=2, head_dim=D, block_size=16,
                     layout=lay, generator=torch.Generator().manual_seed(41), device=DEV)
-    for b, L in enumerate(seqs):
-        if L % 16:
-            c["kv_cache"][int(c["block_table"][b, (L - 1) // 16]), L % 16 :] = 0xFF
+    _poison_past_end(c, seqs, 16)
     out = _run_decode(c, lay)
     keep = [i for i, L in enumerate(seqs) if L]
     assert not torch.isnan(out).any()
@@ -266,9 +262,7 @@ def test_per_warp_state_kernel_value_split(pf):
     seqs = [150, 0, 37]
     c = random_case(seq_lens=seqs, num_heads=12, num_kv_heads=2, head_dim=D, block_size=16,
                     layout=lay, generator=torch.Generator().manual_seed(31 + pf), device=DEV)
-    for b, L in enumerate(seqs):
-        if L % 16:
-            c["kv_cache"][int(c["block_table"][b, (L - 1) // 16]), L % 16 :] = 0xFF
+    _poison_past_end(c, seqs, 16)
     ref = _ref(c, lay)
     for bn, nw, splits in ((64, 4, 2), (32, 2, 3)):
         out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, nw, 1 if pf else 2, "w", pf, words=2, vsplit=2))
@@ -289,9 +283,7 @@ def test_scale_zero_word_matches_two_halves(pf):
     seqs = [150, 37, 0, 64]
     c = random_case(seq_lens=seqs, num_heads=16, num_kv_heads=2, head_dim=64, block_size=16,
                     layout=lay, generator=torch.Generator().manual_seed(21), device=DEV)
-    for b, L in enumerate(seqs):
-        if L % 16:
-            c["kv_cache"][int(c["block_table"][b, (L - 1) // 16]), L % 16 :] = 0xFF
+    _poison_past_end(c, seqs, 16)
     ref = _ref(c, lay)
     keep = [0, 1, 3]
     outs = []
