@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StateError, UsageError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, fault_point
 from ..model import drift as d
 from ..model.patch import PatchFile, format_patch, parse_patch, with_body, with_fields
 from ..model.pin import Pin, format_pin_line, parse_pins
@@ -215,7 +215,16 @@ def abort(ws: Workspace) -> RebaseResult:
 
 
 def _finish_state(ws: Workspace) -> None:
+    """Drop the rebase's state: the pin override, then the in-progress mark, then the rest.
+
+    In that order a kill part-way leaves either a rebase that ``--abort`` (or ``--continue``)
+    still finds whole, originals included, or none at all: ``rmtree`` alone removes files in
+    directory order and could leave ``state.json`` without the ``originals.json`` it needs.
+    """
     (ws.state_dir / OVERRIDE).unlink(missing_ok=True)
+    fault_point("write")
+    _state_file(ws).unlink(missing_ok=True)
+    fault_point("write")
     shutil.rmtree(_state_dir(ws), ignore_errors=True)
 
 
