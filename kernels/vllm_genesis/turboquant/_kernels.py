@@ -120,6 +120,32 @@ def _scale_zero(w):
     return vs, vz
 
 
+@triton.jit
+def _split_slice(SeqLens, QStart, b, sid, num_splits, QL: tl.constexpr, BLOCK_N: tl.constexpr,
+                 HAS_QSTART: tl.constexpr, RAW_TAIL: tl.constexpr):
+    """Where stage 1's program for split ``sid`` of sequence ``b`` reads: (first query token,
+    query tokens, positions before the first query token, slice start, slice end). Slices are
+    whole tiles of ``BLOCK_N`` but the last; with the raw tail the query tokens' own
+    positions are not read from the cache."""
+    seq_len = tl.load(SeqLens + b)
+    if HAS_QSTART:
+        q0 = tl.load(QStart + b)
+        q_len = tl.minimum(tl.load(QStart + b + 1) - q0, QL)
+    else:
+        q0 = b
+        q_len = 1
+    q_len = tl.maximum(tl.minimum(q_len, seq_len), 0)
+    prefix = seq_len - q_len
+    if RAW_TAIL:
+        cache_end = prefix
+    else:
+        cache_end = seq_len
+    per_split = tl.cdiv(tl.cdiv(cache_end, num_splits), BLOCK_N) * BLOCK_N
+    start = sid * per_split
+    end = tl.minimum(start + per_split, cache_end)
+    return q0, q_len, prefix, start, end
+
+
 @triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel(
     QR,  # [T, Hq, D] query (rotated for MSE keys), any float dtype
@@ -172,22 +198,7 @@ def _tq_split_kernel(
         hk = tl.program_id(1)
     b = tl.program_id(2)
 
-    seq_len = tl.load(SeqLens + b)
-    if HAS_QSTART:
-        q0 = tl.load(QStart + b)
-        q_len = tl.minimum(tl.load(QStart + b + 1) - q0, QL)
-    else:
-        q0 = b
-        q_len = 1
-    q_len = tl.maximum(tl.minimum(q_len, seq_len), 0)
-    prefix = seq_len - q_len  # positions before the first query token
-    if RAW_TAIL:
-        cache_end = prefix
-    else:
-        cache_end = seq_len
-    per_split = tl.cdiv(tl.cdiv(cache_end, num_splits), BLOCK_N) * BLOCK_N
-    start = sid * per_split
-    end = tl.minimum(start + per_split, cache_end)
+    q0, q_len, prefix, start, end = _split_slice(SeqLens, QStart, b, sid, num_splits, QL, BLOCK_N, HAS_QSTART, RAW_TAIL)
 
     if DOT_BF16:
         dot_t = tl.bfloat16
@@ -734,22 +745,7 @@ def _tq_split_kernel_t(
     hk = tl.program_id(1)
     b = tl.program_id(2)
 
-    seq_len = tl.load(SeqLens + b)
-    if HAS_QSTART:
-        q0 = tl.load(QStart + b)
-        q_len = tl.minimum(tl.load(QStart + b + 1) - q0, QL)
-    else:
-        q0 = b
-        q_len = 1
-    q_len = tl.maximum(tl.minimum(q_len, seq_len), 0)
-    prefix = seq_len - q_len
-    if RAW_TAIL:
-        cache_end = prefix
-    else:
-        cache_end = seq_len
-    per_split = tl.cdiv(tl.cdiv(cache_end, num_splits), BLOCK_N) * BLOCK_N
-    start = sid * per_split
-    end = tl.minimum(start + per_split, cache_end)
+    q0, q_len, prefix, start, end = _split_slice(SeqLens, QStart, b, sid, num_splits, QL, BLOCK_N, HAS_QSTART, RAW_TAIL)
 
     if DOT_BF16:
         dot_t = tl.bfloat16
@@ -916,22 +912,7 @@ def _tq_split_kernel_w(
     hk = tl.program_id(1)
     b = tl.program_id(2)
 
-    seq_len = tl.load(SeqLens + b)
-    if HAS_QSTART:
-        q0 = tl.load(QStart + b)
-        q_len = tl.minimum(tl.load(QStart + b + 1) - q0, QL)
-    else:
-        q0 = b
-        q_len = 1
-    q_len = tl.maximum(tl.minimum(q_len, seq_len), 0)
-    prefix = seq_len - q_len
-    if RAW_TAIL:
-        cache_end = prefix
-    else:
-        cache_end = seq_len
-    per_split = tl.cdiv(tl.cdiv(cache_end, num_splits), BLOCK_N) * BLOCK_N
-    start = sid * per_split
-    end = tl.minimum(start + per_split, cache_end)
+    q0, q_len, prefix, start, end = _split_slice(SeqLens, QStart, b, sid, num_splits, QL, BLOCK_N, HAS_QSTART, RAW_TAIL)
 
     NT: tl.constexpr = BLOCK_N // NW  # tokens per warp and step
     DQ: tl.constexpr = D // 4
