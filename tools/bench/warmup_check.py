@@ -72,7 +72,7 @@ def main() -> None:
     if args.tiny:
         dec, ver = case(1, [300, 17, 90, 41, 1]), case(2, [500, 40, 77, 120], [4, 4, 4, 4])
     else:
-        dec, ver = case(1, [3000, 17, 9000, 411, 1]), case(2, [5000, 40, 777, 12000], [4, 4, 4, 4])
+        dec, ver = case(1, [3000, 17, 900, 411, 1]), case(2, [500, 40, 777, 1200], [4, 4, 4, 4])
 
     def decode():
         tq_decode_attention(dec["query"], dec["kv_cache"], dec["block_table"], dec["seq_lens"])
