@@ -283,8 +283,7 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     new_patch = with_body(patch, body)
     files = sorted({line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"+++ b/")}
                    | {line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"--- a/")})
-    top_tree = top.tree or ws.repo.tree_of(top.commit)
-    unchanged = format_patch(new_patch) == format_patch(patch) and tree == top_tree and top.diff_digest == diff_digest(patch)
+    unchanged = format_patch(new_patch) == format_patch(patch) and tree == top.tree and top.diff_digest == diff_digest(patch)
     if unchanged:
         return RefreshResult(top.name, False, files)
     new_commit = ws.repo.commit_tree(tree, parent, commit_message(new_patch), commit_author(new_patch))

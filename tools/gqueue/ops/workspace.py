@@ -28,7 +28,7 @@ DIFF_TRAILER = "Gqueue-Diff"
 class Applied:
     name: str
     commit: str
-    tree: str = ""
+    tree: str
     diff_digest: str | None = None  # the Gqueue-Diff trailer: which patch text built the commit
 
 

@@ -88,8 +88,7 @@ class WorkRepo:
             )
             if check and proc.returncode != 0:
                 err.seek(0)
-                message = err.read().decode("utf-8", "replace").strip().splitlines()
-                raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+                raise _failure(args[0], err.read(), proc.returncode)
         return proc.stdout
 
     def ok(self, *args: str) -> bool:
@@ -132,8 +131,7 @@ class WorkRepo:
             capture_output=True, env=_env(),
         )
         if proc.returncode != 0:
-            message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise GitError(f"git init failed: {message[-1] if message else proc.returncode}")
+            raise _failure("init", proc.stderr, proc.returncode)
         self.run("config", "core.autocrlf", "false")
         self.run("config", "gc.auto", "0")
 
@@ -223,8 +221,7 @@ class WorkRepo:
                 proc.stdout.close()
                 if proc.wait() != 0:
                     err.seek(0)
-                    message = err.read().decode("utf-8", "replace").strip().splitlines()
-                    raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+                    raise _failure(args[0], err.read(), proc.returncode)
             return out
 
         return finish
@@ -471,6 +468,12 @@ class WorkRepo:
             if current is not None:
                 current.append(line)
         return [b"".join(c) for c in chunks]
+
+
+def _failure(command: str, stderr: bytes, code: int) -> GitError:
+    """git's own last line of complaint, as the one-line error."""
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
+    return GitError(f"git {command} failed: {lines[-1] if lines else code}")
 
 
 def _status_paths(out: bytes) -> list[str]:
