@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from vllm_genesis.turboquant import (
     PRESETS,
@@ -21,6 +23,7 @@ from vllm_genesis.turboquant import (
     tq_verify_attention,
     warmup_verify,
 )
+from vllm_genesis.turboquant._kernel_q import _q_fp8_split
 from vllm_genesis.turboquant._launch import TileConfig
 from vllm_genesis.turboquant.layout import pow2_alignment
 from vllm_genesis.turboquant.reference import (
@@ -251,6 +254,76 @@ def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
     assert not torch.isnan(out).any()
     assert torch.all(out[1] == 0)
     assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+
+
+@triton.jit
+def _split_q_kernel(Q, O, M: tl.constexpr, D: tl.constexpr):
+    r = tl.arange(0, M)[:, None] * D + tl.arange(0, D)[None, :]
+    hi, lo, inv = _q_fp8_split(tl.load(Q + r).to(tl.float32))
+    tl.store(O + r, (hi.to(tl.float32) + lo.to(tl.float32)) * inv[:, None])
+
+
+def test_query_split_into_two_fp8_parts_is_exact():
+    """The fp8 tensor-core kernel scores with q * 2^k = hi + lo (two e4m3 parts): exact for
+    bf16 queries of normal range, with RNE ties and carries into the exponent (126 -> 128)."""
+    g = torch.Generator().manual_seed(5)
+    q = (torch.randn(16, 64, generator=g) * torch.logspace(-3, 3, 16)[:, None]).to(torch.bfloat16)
+    q[0, :4] = torch.tensor([-1.96875, 1.0625, 0.78125, 2.0])  # ties and a carry at the row's scale
+    q[1] = 0.0  # an all-zero row
+    q = q.to(DEV)
+    out = torch.empty(16, 64, dtype=torch.float32, device=DEV)
+    _split_q_kernel[(1,)](q, out, 16, 64)
+    qf = q.float()
+    amax = qf.abs().amax(1, keepdim=True)
+    small = qf.abs() < amax * 2.0**-9  # their low part may fall among e4m3's subnormals
+    assert small[2:].float().mean() < 0.05  # rows 0 and 1 are the hand-made ones
+    assert torch.equal(out[~small], qf[~small])
+    assert torch.all((out - qf).abs() <= amax * 2.0**-16)
+
+
+@pytest.mark.parametrize("hq,hk,page", [(12, 2, 16), (16, 2, 32), (16, 2, 8)], ids=["gqa6-page16", "gqa8-page32", "gqa8-page8"])
+@pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
+def test_fp8_tensor_core_kernel(hq, hk, page, pf):
+    """kernel="q" (fp8 x fp8 scores, tokens on M, lazily moved softmax reference): odd
+    lengths, empty and one-token rows, short and empty splits, NaN bytes past the end, 64-
+    and 128-token tiles, decode and both verify modes, query tokens split over programs."""
+    D = 64 if page == 32 else 128
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [203, 1, 0, 95, 33]
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
+                    layout=lay, generator=torch.Generator().manual_seed(hq * page + pf), device=DEV)
+    _poison_past_end(c, seqs, page)
+    keep = [0, 1, 3, 4]
+    ref = _ref(c, lay)
+    for bn, splits in ((64, 3), (128, 1), (64, 7)):
+        out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, 4, 1 if pf else 2, "q", pf))
+        assert not torch.isnan(out).any()
+        assert torch.all(out[2] == 0)
+        assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
+    vseqs = [77, 40, 9, 130]
+    cv = random_case(seq_lens=vseqs, query_lens=[6, 1, 5, 3], num_heads=hq, num_kv_heads=hk, head_dim=D,
+                     block_size=page, layout=lay, generator=torch.Generator().manual_seed(6), device=DEV)
+    _poison_past_end(cv, vseqs, page)
+    for rs, splits in ((1, 3), (2, 2), (3, 1)):
+        tiles = TileConfig(64, 4, 1 if pf else 2, "q", pf, rsplit=rs)
+        out = _run_verify(cv, lay, num_splits=splits, tiles=tiles)
+        assert not torch.isnan(out).any()
+        assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
+        out = _run_verify(cv, lay, raw_tail=False, num_splits=splits, tiles=tiles)
+        assert rel_err(out, _ref(cv, lay, verify=True, raw_tail=False)) < DEQ_BOUND
+
+
+def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
+    """Verify on Hopper (and under the interpreter) runs kernel "q"; elsewhere, with unaligned
+    slots and for decode the previous defaults stay."""
+    from vllm_genesis.turboquant._launch import default_tiles, fp8_mma_default
+
+    assert default_tiles(256, 64, True, 4, 32768, True, 6, fp8_mma=True).kernel == "q"
+    assert default_tiles(256, 64, True, 4, 32768, True, 6, fp8_mma=False).kernel == "n"
+    assert default_tiles(256, 64, True, 4, 32768, False, 6, fp8_mma=True).kernel == "n"
+    assert default_tiles(256, 16, True, 4, 32768, True, 1, fp8_mma=True).kernel == "n"
+    if not CUDA:
+        assert fp8_mma_default(0)  # the interpreter: the tests above run the default path
 
 
 @pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])

@@ -218,10 +218,14 @@ def _check_case(case):
                              T(64, 4, 3, maxnreg=168), T(64, 4, 3, maxnreg=168, sz_word=False), T(64, 8, 3),
                              T(64, 4, 1, "n", True, maxnreg=168), T(32, 4, 1, "n", True, words=4, fused_sums=False),
                              T(64, 4, 2, "w", words=2), T(64, 4, 1, "w", True, words=2), T(32, 2, 3, "w", words=2),
-                             T(64, 4, 2, "w", words=2, vsplit=2), T(64, 4, 2, "w", words=2, vsplit=4))
+                             T(64, 4, 2, "w", words=2, vsplit=2), T(64, 4, 2, "w", words=2, vsplit=4),
+                             T(64, 4, 5, "q"), T(64, 4, 5, "q", lazy=8.0), T(64, 4, 1, "q", True), T(64, 4, 5, "n", words=4),
+                             T(32, 2, 5, "w", words=2), T(64, 4, 5, "q", maxnreg=128))
             else:
                 alt_tiles = (T(32, 4, 3, words=2), T(32, 4, 3, sz_word=False), T(64, 4, 3), T(32, 4, 1, "n", 2, words=2),
-                             T(32, 8, 3), T(64, 8, 3), T(64, 4, 2, "w", words=2))
+                             T(32, 8, 3), T(64, 8, 3), T(64, 4, 2, "w", words=2), T(64, 4, 2, "q"), T(64, 8, 2, "q"),
+                             T(64, 4, 2, "q", rsplit=2), T(64, 4, 3, "q", rsplit=3), T(64, 4, 1, "q", True, rsplit=3),
+                             T(64, 4, 3, "q", rsplit=8), T(64, 4, 5, "q"), T(64, 4, 5, "q", lazy=-1.0), T(32, 4, 5))
             for t in alt_tiles:
                 o2 = torch.full_like(c["query"], float("nan"))
                 if qlens is None:
@@ -274,33 +278,29 @@ def tile_key(t) -> str:
     return (f"{t.kernel}{t.block_n}x{t.num_warps}w{t.num_stages}s"
             + (f"pf{int(t.prefetch)}" if t.prefetch else "") + (f"r{t.maxnreg}" if t.maxnreg else "")
             + (f"W{t.words}" if t.words else "") + ("" if t.sz_word else "-sz16")
-            + ("" if t.fused_sums else "-unfused") + (f"-vs{t.vsplit}" if t.vsplit > 1 else ""))
+            + ("" if t.fused_sums else "-unfused") + (f"-vs{t.vsplit}" if t.vsplit > 1 else "")
+            + (f"-rs{t.rsplit}" if t.rsplit > 1 else "") + (f"-lazy{t.lazy:g}" if t.lazy is not None else ""))
 
 
 def tune_variants(kind, B, D, rows, S):
     """(label, tiles, splits) of the --tune sweep for one row; the first is the previous default.
 
-    ``S`` is ``pick_num_splits``'s count (the previous defaults' split count).
+    ``S`` is ``pick_num_splits``'s count.
     """
     from vllm_genesis.turboquant._launch import TileConfig as T
 
     if rows > 16:  # verify
-        old = T(32, 4, 3)
-        tiles = []
-        splits = [(T(32, 4, 3), S * 3 // 4), (T(32, 4, 3), S * 3 // 2)]
+        old, s_old = T(32, 4, 3), S
+        out = [(T(32, 4, 5), S), (T(64, 4, 2, "q", rsplit=2), S), (T(64, 4, 5, "q"), S), (T(64, 4, 2, "q"), max(1, S // 2))]
     elif D >= 256:
-        old = T(64, 4, 1, "n", True, words=4)
-        tiles = []
-        splits = [(old, max(1, S // 2)), (T(32, 2, 2, "w", words=2, vsplit=2), max(1, S // 2))]
+        old, s_old = T(64, 4, 1, "n", True, words=4), S
+        out = [(T(64, 4, 5, "q"), S), (T(64, 4, 5, "n", words=2), S), (T(64, 4, 3, "q"), max(1, S // 2))]
     else:
-        old = T(64, 4, 3, maxnreg=168)
-        w2 = T(32, 2, 3, "w", words=2)
-        tiles = [w2]
-        splits = [(old, max(1, S // 2)), (w2, max(1, S // 2)), (w2, max(1, S // 4)), (T(32, 2, 2, "w", words=2), max(1, S // 2)),
-                  (T(64, 4, 2, "w", words=2), max(1, S // 2))]
-    out = [(tile_key(old) + " (old default)", old, S)] + [(tile_key(t), t, S) for t in tiles]
-    out += [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in splits]
-    return out
+        old, s_old = T(32, 2, 3, "w", words=2), max(1, S // 2)
+        w5 = T(32, 2, 5, "w", words=2)
+        out = [(T(64, 4, 3, maxnreg=168), S), (w5, S), (w5, max(1, S // 4)), (T(64, 4, 5, "q"), max(1, S // 2))]
+    res = [(tile_key(old) + f"-S{s_old} (old default)", old, s_old)]
+    return res + [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in out]
 
 
 def _default_splits(B, Hk, L, D, G, cache, lay):

@@ -34,11 +34,11 @@ PTR = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*
 INTS = ["stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_bt", "num_splits"]
 
 
-def compile_stage1(fn, *, G, QL, D, Hk, block_n, warps, stages, extra, page=16, maxnreg=None):
+def compile_stage1(fn, *, G, QL, D, Hk, block_n, warps, stages, extra, page=16, maxnreg=None, m_pad=None):
     lay = TQLayout.from_preset("turboquant_k8v4", D)
     slot = lay.slot_size_aligned
     rows = G * QL
-    m_pad = max(16, 1 << (rows - 1).bit_length())
+    m_pad = m_pad or max(16, 1 << (rows - 1).bit_length())
     consts = dict(HK=Hk, G=G, QL=QL, ROWS=rows, M_PAD=m_pad, D=D, PAGE=page, KEY_FP8=True, MSE_BITS=0,
                   NORM_CORR=False, VQB=4, KPS=D, VAL_BYTES=D // 2, BLOCK_N=block_n, ALIGN=4, RAW_TAIL=QL > 1,
                   HAS_QSTART=QL > 1, FP8_E4B15=0, DOT_BF16=False, **extra)

@@ -70,20 +70,22 @@ def _u4_words(w, ASM: tl.constexpr):
     """int32 words of 8 4-bit codes -> 8 fp16 tensors (code d = 0..7 of each word, exact)."""
     if ASM:
         c0, c1, c2, c3, c4, c5, c6, c7 = tl.inline_asm_elementwise(
+            # nibbles 0/4 and 2/6 land in the mantissa of 1024 (mask 0x000F000F), 1/5 and 3/7
+            # at 16x that (mask 0x00F000F0, then x/16 - 64 in one fma): one shift a word
             asm="""{
-            .reg .b32 t0, t1, t2, t3, s, k;
+            .reg .b32 t0, t1, t2, t3, s, k, r, m;
             mov.b32 k, 0x64006400;
+            mov.b32 r, 0x2C002C00;
+            mov.b32 m, 0xD400D400;
             lop3.b32 t0, $8, 0x000F000F, k, 0xEA;
-            shr.b32 s, $8, 4;
-            lop3.b32 t1, s, 0x000F000F, k, 0xEA;
+            lop3.b32 t1, $8, 0x00F000F0, k, 0xEA;
             shr.b32 s, $8, 8;
             lop3.b32 t2, s, 0x000F000F, k, 0xEA;
-            shr.b32 s, $8, 12;
-            lop3.b32 t3, s, 0x000F000F, k, 0xEA;
+            lop3.b32 t3, s, 0x00F000F0, k, 0xEA;
             sub.rn.f16x2 t0, t0, k;
-            sub.rn.f16x2 t1, t1, k;
+            fma.rn.f16x2 t1, t1, r, m;
             sub.rn.f16x2 t2, t2, k;
-            sub.rn.f16x2 t3, t3, k;
+            fma.rn.f16x2 t3, t3, r, m;
             mov.b32 {$0, $4}, t0;
             mov.b32 {$1, $5}, t1;
             mov.b32 {$2, $6}, t2;

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import torch
 
+from ._kernel_q import _tq_split_kernel_q
 from ._kernels import _tq_combine_kernel, _tq_split_kernel, _tq_split_kernel_t, _tq_split_kernel_w
 from .layout import TQLayout, next_pow2, pick_num_splits, pow2_alignment
 
@@ -71,6 +72,13 @@ class TileConfig:
     # kernel "w": programs per (split, head, sequence), each accumulating 1/vsplit of the
     # value columns (keys scored by each); lets D = 256 keep per-warp states in registers
     vsplit: int = 1
+    # kernel "q": programs per (split, head, sequence), each taking a share of the query
+    # tokens (verify: fewer padded rows and accumulators per program; keys read again from L2)
+    rsplit: int = 1
+    # kernel "q": move the softmax reference only when a row's max grows by more than this
+    # (log2 units; a uniform branch), or rescale on every tile (< 0); None: every tile for
+    # 16 rows (small accumulators), 8 otherwise
+    lazy: float | None = None
 
 
 def default_tiles(
@@ -81,27 +89,50 @@ def default_tiles(
     max_context: int = 0,
     words_ok: bool = True,
     query_len: int = 1,
+    fp8_mma: bool = False,
 ) -> TileConfig:
     """Tile shapes per row count (rows = query tokens x group size) and grid size.
 
     Picked from H200 sweeps (docs/KERNELS.md): few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
     at D = 128, decode -> the per-warp-state kernel ("w"), 2 warps x 16 tokens, on
-    Triton's pipeliner (with half the usual split count, see ``default_num_splits``); other
-    many-pair shapes -> 64-token tiles on the pipeliner with a 168-register cap; verify ->
-    32-token tiles on the pipeliner. ``words_ok``: the cache strides and slot allow int32
-    word loads (fp8 keys + 4-bit values); head sizes below 128 and other presets ignore
-    ``words``.
+    Triton's pipeliner with 5 stages (with 3, Triton 3.6 waits for every outstanding copy
+    at the top of each step; with 5 two tiles stay in flight), with half the usual split
+    count (``default_num_splits``); other many-pair shapes -> 64-token tiles on the
+    pipeliner with a 168-register cap; verify -> with ``fp8_mma`` (Hopper) and word-aligned
+    slots the fp8 tensor-core kernel ("q") with 64-token tiles, else 32-token tiles on a
+    5-stage pipeline. ``words_ok``: the cache strides
+    and slot allow int32 word loads (fp8 keys + 4-bit values); head sizes below 128 and
+    other presets ignore ``words``.
     """
     if not key_fp8:
         return TileConfig(32, 4, 2)
     if m_pad > 16:
-        return TileConfig(32, 4, 3)
+        if fp8_mma and words_ok and head_dim >= 64:
+            return TileConfig(64, 4, 2, "q")
+        return TileConfig(32, 4, 5)
     if programs >= 32:
         if head_dim == 128 and words_ok and query_len == 1:
-            return TileConfig(32, 2, 3, "w", words=2)
+            return TileConfig(32, 2, 5, "w", words=2)
         return TileConfig(64, 4, 3, maxnreg=168)
     return TileConfig(64, 4, 1, "n", True, words=4)
+
+
+@lru_cache(maxsize=None)
+def fp8_mma_default(device_index: int) -> bool:
+    """Whether the launchers pick the fp8 tensor-core kernel ("q") by default: Hopper GPUs
+    (where it was measured) and the CPU interpreter (so that the default path is tested)."""
+    if _interpreting():
+        return True
+    if torch.cuda.is_available() and torch.version.hip is None:
+        return torch.cuda.get_device_capability(device_index)[0] == 9
+    return False
+
+
+def _q_kernel_ok(layout: TQLayout, words_ok: bool, head_dim: int, device_index: int) -> bool:
+    """kernel "q" (fp8 tensor-core scores): fp8 e4m3 keys + 4-bit values read as int32
+    words, D >= 64, and a GPU with e4m3 (or the interpreter)."""
+    return words_ok and head_dim >= 64 and layout.key_fp8 and not _fp8_e4b15(device_index)
 
 
 def _per_warp_ok(tiles: TileConfig, words_ok: bool, head_dim: int) -> bool:
@@ -122,11 +153,13 @@ def default_num_splits(
 def launch_plan(
     batch: int, num_kv_heads: int, head_dim: int, group: int, query_len: int, key_fp8: bool, max_context: int,
     words_ok: bool, n_sms: int, *, tiles: TileConfig | None = None, num_splits: int | None = None,
+    fp8_mma: bool = False,
 ) -> tuple[TileConfig, int]:
     """The tiles and split count ``run_attention`` launches with (``None``: its defaults)."""
     m_pad = max(16, next_pow2(query_len * group))
     if tiles is None:
-        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, query_len)
+        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, query_len,
+                              fp8_mma)
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_context, n_sms, tiles, words_ok, head_dim)
     return tiles, int(num_splits)
@@ -210,7 +243,7 @@ def run_attention(
         max_context = block_table.shape[1] * page
     words_ok = cache_words_ok(layout, kv_cache)
     tiles, S = launch_plan(batch, Hk, D, G, QL, layout.key_fp8, max_context, words_ok, num_sms(dev_index),
-                           tiles=tiles, num_splits=num_splits)
+                           tiles=tiles, num_splits=num_splits, fp8_mma=fp8_mma_default(dev_index))
     if dot_bf16 is None:
         dot_bf16 = False  # fp16 products: exact for fp8 keys and bf16 queries of normal range
 
@@ -232,7 +265,18 @@ def run_attention(
     kern = _tq_split_kernel
     extra = {}
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
-    if tiles.kernel == "t" and layout.key_fp8 and layout.value_bits == 4 and D >= 32:
+    if tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
+        kern = _tq_split_kernel_q
+        extra["ASM"] = ptx_ok
+        extra["SKP"] = kv_cache.stride(1)
+        extra["SKH"] = kv_cache.stride(2)
+        extra["LAZY"] = float(tiles.lazy if tiles.lazy is not None else (-1.0 if M_PAD <= 16 else 8.0))
+        if tiles.rsplit > 1 and QL > 1:
+            qpp = -(-QL // int(tiles.rsplit))
+            extra["RSPLIT"] = -(-QL // qpp)
+            extra["QPP"] = qpp
+            M_PAD = max(16, next_pow2(qpp * G))
+    elif tiles.kernel == "t" and layout.key_fp8 and layout.value_bits == 4 and D >= 32:
         kern = _tq_split_kernel_t
     elif _per_warp_ok(tiles, words_ok, D):
         kern = _tq_split_kernel_w
@@ -262,7 +306,7 @@ def run_attention(
         if words in (2, 4) and not ptx_ok:
             words -= 1  # PTX only on NVIDIA GPUs with e4m3 conversions
         extra["WORDS"] = words
-    grid = (Hk, S, batch) if extra.get("HEAD_MAJOR") else (S * extra.get("VSPLIT", 1), Hk, batch)
+    grid = (Hk, S, batch) if extra.get("HEAD_MAJOR") else (S * extra.get("VSPLIT", 1) * extra.get("RSPLIT", 1), Hk, batch)
     kern[grid](
         qr,
         kv_cache,

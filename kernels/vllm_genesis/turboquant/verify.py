@@ -107,7 +107,7 @@ def warmup_verify(
     on the split count (P67b under CUDA graphs): the variants with and without it are
     built. Returns the number of launches.
     """
-    from ._launch import cache_words_ok, combine_chunk, launch_plan, num_sms
+    from ._launch import cache_words_ok, combine_chunk, fp8_mma_default, launch_plan, num_sms
     from .decode import tq_decode_attention
 
     lay = as_layout(layout, head_dim)
@@ -117,7 +117,9 @@ def warmup_verify(
         centroids = torch.linspace(-1, 1, 2**lay.mse_bits, device=device)
         PiT = torch.eye(head_dim, device=device)
     words_ok = cache_words_ok(lay, cache)
-    sms = num_sms(torch.device(device).index or 0)
+    dev_index = torch.device(device).index or 0
+    sms = num_sms(dev_index)
+    fp8_mma = fp8_mma_default(dev_index)
     group = num_heads // num_kv_heads
     capacity = max_blocks * block_size
     launches = 0
@@ -125,7 +127,7 @@ def warmup_verify(
         chosen: dict[tuple, tuple[int, int]] = {}
         for batch in range(1, max(1, max_num_seqs) + 1):
             tiles, splits = launch_plan(batch, num_kv_heads, head_dim, group, max(ql, 1), lay.key_fp8, capacity,
-                                        words_ok, sms)
+                                        words_ok, sms, fp8_mma=fp8_mma)
             for count in {splits, max(1, min(splits, split_cap or splits))}:
                 chosen.setdefault((tiles, combine_chunk(count)), (batch, count))
         for batch, splits in chosen.values():
