@@ -230,13 +230,13 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
 
 
 def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
-    """Many (sequence, KV head) pairs at D = 128: the per-warp-state kernel with half the
-    splits is the default for decode (not for verify, other head sizes or unaligned slots)."""
+    """Many (sequence, KV head) pairs at D = 128: the per-warp-state kernel with a quarter of
+    the splits is the default for decode (not for verify, other head sizes or unaligned slots)."""
     from vllm_genesis.turboquant._launch import default_num_splits, default_tiles
 
     t = default_tiles(128, 16, True, 64, 32768, True, 1)
     assert (t.kernel, t.num_warps, t.block_n) == ("w", 2, 32)
-    assert default_num_splits(8, 8, 32768, 132, t, True, 128) == pick_num_splits(8, 8, 32768, 132) // 2
+    assert default_num_splits(8, 8, 32768, 132, t, True, 128) == pick_num_splits(8, 8, 32768, 132) // 4
     assert default_tiles(128, 16, True, 64, 32768, False, 1).kernel == "n"
     assert default_tiles(128, 16, True, 64, 32768, True, 2).kernel == "n"
     assert default_tiles(256, 16, True, 64, 32768, True, 1).kernel == "n"
