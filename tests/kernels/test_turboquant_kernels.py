@@ -91,6 +91,17 @@ def _ref(c, lay, *, verify=False, raw_tail=True, raw=False):
     return reference_attention(c["query"], c["kv_cache"], c["block_table"], c["seq_lens"], lay, D**-0.5, **kw)
 
 
+def _decode_case(hq, hk, page, D, seed):
+    """k8v4 decode case: lengths 203, 1, 0, 95, 33 (row 2 empty), NaN bytes past the end;
+    returns the case, the layout, the non-empty rows and their float64 reference."""
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    seqs = [203, 1, 0, 95, 33]
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
+                    layout=lay, generator=torch.Generator().manual_seed(seed), device=DEV)
+    _poison_past_end(c, seqs, page)
+    return c, lay, [0, 1, 3, 4], _ref(c, lay)
+
+
 # ---------------------------------------------------------------- layout / heuristics
 
 
@@ -206,13 +217,7 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
     and empty splits, NaN bytes past the end, pages smaller than a warp's sub-tile (8),
     decode and both verify modes; words=2 runs its PTX conversions on a GPU only."""
     D = 128
-    lay = TQLayout.from_preset("turboquant_k8v4", D)
-    seqs = [203, 1, 0, 95, 33]
-    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
-                    layout=lay, generator=torch.Generator().manual_seed(hq * page + pf), device=DEV)
-    _poison_past_end(c, seqs, page)
-    keep = [0, 1, 3, 4]
-    ref = _ref(c, lay)
+    c, lay, keep, ref = _decode_case(hq, hk, page, D, hq * page + pf)
     for bn, nw, splits, words in ((64, 4, 3, 2), (32, 2, 2, 1), (128, 4, 7, 2), (64, 2, 1, 1)):
         tiles = TileConfig(bn, nw, 1 if pf else 2, "w", pf, words=words)
         out = _run_decode(c, lay, num_splits=splits, tiles=tiles)
@@ -282,21 +287,16 @@ def test_query_split_into_two_fp8_parts_is_exact():
 
 
 @pytest.mark.parametrize("hq,hk,page", [(12, 2, 16), (16, 2, 32), (16, 2, 8)], ids=["gqa6-page16", "gqa8-page32", "gqa8-page8"])
-@pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
+@pytest.mark.parametrize("pf", [0, 1, 2], ids=["pipeliner", "prefetch", "prefetch-codes"])
 def test_fp8_tensor_core_kernel(hq, hk, page, pf):
     """kernel="q" (fp8 x fp8 scores, tokens on M, lazily moved softmax reference): odd
     lengths, empty and one-token rows, short and empty splits, NaN bytes past the end, 64-
-    and 128-token tiles, decode and both verify modes, query tokens split over programs."""
+    and 128-token tiles, decode and both verify modes, query tokens split over programs; all
+    loads on Triton's pipeliner, all hand-prefetched, or only the codes hand-prefetched."""
     D = 64 if page == 32 else 128
-    lay = TQLayout.from_preset("turboquant_k8v4", D)
-    seqs = [203, 1, 0, 95, 33]
-    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=D, block_size=page,
-                    layout=lay, generator=torch.Generator().manual_seed(hq * page + pf), device=DEV)
-    _poison_past_end(c, seqs, page)
-    keep = [0, 1, 3, 4]
-    ref = _ref(c, lay)
+    c, lay, keep, ref = _decode_case(hq, hk, page, D, hq * page + pf)
     for bn, splits in ((64, 3), (128, 1), (64, 7)):
-        out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, 4, 1 if pf else 2, "q", pf))
+        out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, 4, 1 if pf == 1 else 2, "q", pf))
         assert not torch.isnan(out).any()
         assert torch.all(out[2] == 0)
         assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
@@ -305,7 +305,7 @@ def test_fp8_tensor_core_kernel(hq, hk, page, pf):
                      block_size=page, layout=lay, generator=torch.Generator().manual_seed(6), device=DEV)
     _poison_past_end(cv, vseqs, page)
     for rs, splits in ((1, 3), (2, 2), (3, 1)):
-        tiles = TileConfig(64, 4, 1 if pf else 2, "q", pf, rsplit=rs)
+        tiles = TileConfig(64, 4, 1 if pf == 1 else 2, "q", pf, rsplit=rs)
         out = _run_verify(cv, lay, num_splits=splits, tiles=tiles)
         assert not torch.isnan(out).any()
         assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
@@ -457,7 +457,7 @@ class _VariantLog:
         from vllm_genesis.turboquant import _launch
 
         self.seen: set = set()
-        for name in ("_tq_split_kernel", "_tq_split_kernel_t", "_tq_split_kernel_w", "_tq_combine_kernel"):
+        for name in ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w", "_tq_combine_kernel"):
             monkeypatch.setattr(_launch, name, self._wrap(getattr(_launch, name), name))
 
     def _wrap(self, kernel, name):

@@ -84,7 +84,9 @@ def _tq_split_kernel_q(
     SKH: tl.constexpr = 0,  # stride_kh likewise
     ASM: tl.constexpr = False,  # PTX nibble conversion (GPU) instead of shifts
     LAZY: tl.constexpr = 8.0,
-    PREFETCH: tl.constexpr = False,  # hand-pipelined: tile i+1's bytes requested before tile i is computed
+    # hand-pipelined: tile i+1's bytes requested before tile i is computed (1), or only its
+    # codes and scale/zero words while the keys go through Triton's pipeliner (2)
+    PREFETCH: tl.constexpr = 0,
     RSPLIT: tl.constexpr = 1,  # programs per (split, head, sequence), each QPP query tokens (M_PAD rows)
     QPP: tl.constexpr = 1,
 ):
@@ -153,17 +155,24 @@ def _tq_split_kernel_q(
         nz = (start + pg * 0) < end
         blk = tl.load(bt_row + tl.maximum(tl.minimum(start // PAGE + pg, last_page), 0), mask=nz, other=0).to(tl.int64)
         pbase_n = tl.multiple_of(blk * stride_kb + kv_head + (start % PAGE) * skp, 4)
-        kb_n = tl.load(KV + pbase_n[:, None, None] + koff, mask=nz[:, None, None], other=0)
+        if PREFETCH == 1:
+            kb_n = tl.load(KV + pbase_n[:, None, None] + koff, mask=nz[:, None, None], other=0)
         cw_n = tl.load(KVW + (pbase_n // 4)[:, None, None] + vwo, mask=nz[:, None, None], other=0)
         sw_n = tl.load(KVW + (pbase_n // 4)[:, None] + swo, mask=nz[:, None], other=0)
         blk_n = tl.load(bt_row + tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0), mask=nz, other=0)
     for n0 in range(start, end, BLOCK_N):
         if PREFETCH:
-            kb = kb_n
+            if PREFETCH == 1:
+                kb = kb_n
+            else:
+                blk = tl.load(bt_row + tl.minimum(n0 // PAGE + pg, last_page)).to(tl.int64)
+                pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * skp, 4)
+                kb = tl.load(KV + pbase[:, None, None] + koff)
             cw3 = cw_n
             sw3 = sw_n
             pbase_n = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + ((n0 + BLOCK_N) % PAGE) * skp, 4)
-            kb_n = tl.load(KV + pbase_n[:, None, None] + koff)
+            if PREFETCH == 1:
+                kb_n = tl.load(KV + pbase_n[:, None, None] + koff)
             cw_n = tl.load(KVW + (pbase_n // 4)[:, None, None] + vwo)
             sw_n = tl.load(KVW + (pbase_n // 4)[:, None] + swo)
             blk_n = tl.load(bt_row + tl.minimum((n0 + 2 * BLOCK_N) // PAGE + pg, last_page))
@@ -183,18 +192,11 @@ def _tq_split_kernel_q(
             valid = valid & (pos[:, None] <= row_last[None, :])
         sT = tl.where(valid, sT, float("-inf"))
         m_t = tl.max(sT, 0)
-        if LAZY < 0:  # rescale on every tile
-            m_new = tl.maximum(m_ref, m_t)
-            alpha = tl.where(m_ref == float("-inf"), 0.0, tl.exp2(m_ref - m_new))
-            acc = acc * alpha[None, :]
-            if ELEM_SUMS:
-                l_e = l_e * alpha[None, :]
-                z_e = z_e * alpha[None, :]
-            else:
-                l_i = l_i * alpha
-                z_i = z_i * alpha
-            m_ref = m_new
-        elif tl.max(tl.where(m_t > m_ref + LAZY, 1, 0), 0) > 0:
+        if LAZY < 0:
+            move = tl.full([], 1, tl.int32)  # rescale on every tile (a constant: no branch)
+        else:
+            move = tl.max(tl.where(m_t > m_ref + LAZY, 1, 0), 0)
+        if move > 0:
             m_new = tl.maximum(m_ref, m_t)
             alpha = tl.where(m_ref == float("-inf"), 0.0, tl.exp2(m_ref - m_new))
             acc = acc * alpha[None, :]

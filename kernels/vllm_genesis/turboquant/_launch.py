@@ -10,7 +10,7 @@ from functools import lru_cache
 import torch
 
 from ._kernel_q import _tq_split_kernel_q
-from ._kernels import _tq_combine_kernel, _tq_split_kernel, _tq_split_kernel_t, _tq_split_kernel_w
+from ._kernels import _tq_combine_kernel, _tq_split_kernel, _tq_split_kernel_w
 from .layout import TQLayout, next_pow2, pick_num_splits, pow2_alignment
 
 LOG2E = 1.4426950408889634
@@ -51,12 +51,14 @@ class TileConfig:
     block_n: int
     num_warps: int
     num_stages: int
-    # "n": rows on the MMA's M side; "t": tokens on M (fp8 keys + 4-bit values); "w": one
-    # softmax state per warp, tokens split across warps (fp8 keys + 4-bit values, int32 words,
-    # D >= 128; ``words`` 2/4 = PTX conversions, else shifts; falls back to "n" elsewhere)
+    # "n": rows on the MMA's M side; "w": one softmax state per warp, tokens split across
+    # warps (fp8 keys + 4-bit values, int32 words, D >= 128; ``words`` 2/4 = PTX conversions,
+    # else shifts); "q": fp8 tensor-core scores, tokens on M (fp8 e4m3 keys + 4-bit values,
+    # int32 words, D >= 64); both fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
-    # 2 two tiles ahead (word path only; the byte path treats it as 1)
+    # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
+    # codes and scale/zero words one tile ahead, the keys on Triton's pipeliner)
     prefetch: bool | int = False
     maxnreg: int | None = None  # register cap per thread (more programs per SM)
     # fp8 + 4-bit, D >= 128: read slots as int32 words, split in registers by shifts (1, 3) or
@@ -276,8 +278,6 @@ def run_attention(
             extra["RSPLIT"] = -(-QL // qpp)
             extra["QPP"] = qpp
             M_PAD = max(16, next_pow2(qpp * G))
-    elif tiles.kernel == "t" and layout.key_fp8 and layout.value_bits == 4 and D >= 32:
-        kern = _tq_split_kernel_t
     elif _per_warp_ok(tiles, words_ok, D):
         kern = _tq_split_kernel_w
         extra["NW"] = tiles.num_warps
@@ -285,9 +285,7 @@ def run_attention(
         if tiles.vsplit > 1 and D // 8 // tiles.vsplit >= 16:
             extra["VSPLIT"] = int(tiles.vsplit)
     if tiles.prefetch:
-        extra["PREFETCH"] = True
-    elif kern is _tq_split_kernel_t:
-        extra["PREFETCH"] = False
+        extra["PREFETCH"] = int(tiles.prefetch) if kern is _tq_split_kernel_q else True
     if kern is _tq_split_kernel:
         if tiles.prefetch and int(tiles.prefetch) >= 2:
             extra["PF_DEPTH"] = 2
