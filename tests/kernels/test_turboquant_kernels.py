@@ -235,19 +235,21 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
 
 
 def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
-    """Many (sequence, KV head) pairs at D = 128: the per-warp-state kernel with a quarter of
-    the splits is the default for decode (not for verify, other head sizes or unaligned slots)."""
+    """Many (sequence, KV head) pairs at D = 128 and at most 16 rows (decode, or verify with
+    K+1 x group <= 16): the per-warp-state kernel with a quarter of the splits is the
+    default (not for more rows, other head sizes, few pairs or unaligned slots)."""
     from vllm_genesis.turboquant._launch import default_num_splits, default_tiles
 
     t = default_tiles(128, 16, True, 64, 32768, True, 1)
     assert (t.kernel, t.num_warps, t.block_n) == ("w", 2, 32)
     assert default_num_splits(8, 8, 32768, 132, t, True, 128) == pick_num_splits(8, 8, 32768, 132) // 4
+    assert default_tiles(128, 16, True, 64, 32768, True, 4) == t  # verify, K+1 = 4 x group 4
     assert default_tiles(128, 16, True, 64, 32768, False, 1).kernel == "n"
-    assert default_tiles(128, 16, True, 64, 32768, True, 2).kernel == "n"
+    assert default_tiles(128, 32, True, 64, 32768, True, 8, fp8_mma=False).kernel == "n"
     assert default_tiles(256, 16, True, 64, 32768, True, 1).kernel == "n"
     assert default_tiles(128, 16, True, 8, 32768, True, 1).kernel == "n"
-    n = default_tiles(128, 16, True, 64, 32768, True, 2)
-    assert default_num_splits(8, 8, 32768, 132, n, True, 128) == pick_num_splits(8, 8, 32768, 132)
+    n = default_tiles(128, 16, True, 64, 32768, False, 1)
+    assert default_num_splits(8, 8, 32768, 132, n, False, 128) == pick_num_splits(8, 8, 32768, 132)
     D = 128
     lay = TQLayout.from_preset("turboquant_k8v4", D)
     seqs = [70, 0, 33, 1] * 4  # 16 sequences x 2 KV heads = 32 pairs

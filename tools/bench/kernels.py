@@ -58,6 +58,8 @@ def parse():
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--rep-ms", type=int, default=200)
     ap.add_argument("--rows", default=None, help="comma-separated row indexes to run (default: all)")
+    ap.add_argument("--row-spec", action="append", default=[],
+                    help="an extra row 'kind,B,context,Hq,Hk,D,query_len' (repeatable; only these rows then)")
     return ap.parse_args()
 
 
@@ -291,7 +293,8 @@ def tune_variants(kind, B, D, rows, S):
 
     if rows > 16:  # verify
         old, s_old = T(32, 4, 3), S
-        out = [(T(32, 4, 5), S), (T(64, 4, 2, "q"), S), (T(64, 4, 2, "q", 2), S), (T(64, 4, 5, "q", 2), S)]
+        out = [(T(32, 4, 5), S), (T(64, 4, 2, "q"), S), (T(64, 4, 2, "q", 2), S), (T(64, 4, 5, "q", 2), S),
+               (T(32, 4, 5), max(1, S // 2)), (T(64, 4, 2, "q"), max(1, S // 2))]
     elif D >= 256:
         old, s_old = T(64, 4, 1, "n", True, words=4), S
         out = [(T(64, 4, 5, "q"), S), (T(64, 4, 5, "q", 2), S), (T(64, 4, 3, "q", 2), S)]
@@ -303,14 +306,12 @@ def tune_variants(kind, B, D, rows, S):
     return res + [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in out]
 
 
-def _default_splits(B, Hk, L, D, G, cache, lay):
-    """The split count the launcher uses for this decode row with its default tiles."""
-    from vllm_genesis.turboquant._launch import cache_words_ok, default_num_splits, default_tiles, num_sms
-    from vllm_genesis.turboquant.layout import next_pow2
+def _default_splits(B, Hk, L, D, G, QL, cache, lay):
+    """The split count the launcher uses for this row with its default tiles."""
+    from vllm_genesis.turboquant._launch import cache_words_ok, fp8_mma_default, launch_plan, num_sms
 
     ok = cache_words_ok(lay, cache)
-    t = default_tiles(D, max(16, next_pow2(G)), True, B * Hk, L, ok, 1)
-    return default_num_splits(B, Hk, L, num_sms(0), t, ok, D)
+    return launch_plan(B, Hk, D, G, QL, True, L, ok, num_sms(0), fp8_mma=fp8_mma_default(0))[1]
 
 
 def time_row(row, copy_bps):
@@ -335,7 +336,7 @@ def time_row(row, copy_bps):
         out = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=DEV)
         S = pick_num_splits(B, Hk, L, num_sms(0))
         ws = split_workspace(B, Hk, S, Hq // Hk, D, DEV)
-        S_def = _default_splits(B, Hk, L, D, Hq // Hk, cache, lay)
+        S_def = _default_splits(B, Hk, L, D, Hq // Hk, 1, cache, lay)
 
         def ours(tiles=None, splits=S_def, dot_bf16=None):
             wsp = ws if splits <= S else split_workspace(B, Hk, splits, Hq // Hk, D, DEV)
@@ -368,7 +369,7 @@ def time_row(row, copy_bps):
         S = pick_num_splits(B, Hk, L, num_sms(0))
         rows = QL * (Hq // Hk)
         ws = split_workspace(B, Hk, S, rows, D, DEV)
-        S_def = S
+        S_def = _default_splits(B, Hk, L, D, Hq // Hk, QL, cache, lay)
 
         def ours(tiles=None, splits=S_def, dot_bf16=None):
             wsp = ws if splits <= S else split_workspace(B, Hk, splits, rows, D, DEV)
@@ -464,6 +465,8 @@ def main():
     rows = TINY_ROWS if ARGS.tiny else ROWS
     if ARGS.rows:
         rows = [rows[int(i)] for i in ARGS.rows.split(",")]
+    if ARGS.row_spec:
+        rows = [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in ARGS.row_spec)]
     info["rows"] = []
     for row in rows:
         try:

@@ -97,7 +97,8 @@ def default_tiles(
 
     Picked from H200 sweeps (docs/KERNELS.md): few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
-    at D = 128, decode -> the per-warp-state kernel ("w"), 2 warps x 16 tokens, on
+    at D = 128 and at most 16 rows (decode; verify with K+1 x group <= 16) -> the
+    per-warp-state kernel ("w"), 2 warps x 16 tokens, on
     Triton's pipeliner with 5 stages (with 3, Triton 3.6 waits for every outstanding copy
     at the top of each step; with 5 two tiles stay in flight), with a quarter of the usual
     split count (``default_num_splits``); other many-pair shapes -> 64-token tiles on the
@@ -113,7 +114,7 @@ def default_tiles(
             return TileConfig(64, 4, 2, "q")
         return TileConfig(32, 4, 5)
     if programs >= 32:
-        if head_dim == 128 and words_ok and query_len == 1:
+        if head_dim == 128 and words_ok:
             return TileConfig(32, 2, 5, "w", words=2)
         return TileConfig(64, 4, 3, maxnreg=168)
     return TileConfig(64, 4, 1, "n", True, words=4)
