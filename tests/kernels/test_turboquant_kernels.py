@@ -238,17 +238,17 @@ def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
     """Many (sequence, KV head) pairs at D = 128 and at most 16 rows (decode, or verify with
     K+1 x group <= 16): the per-warp-state kernel with a quarter of the splits is the
     default (not for more rows, other head sizes, few pairs or unaligned slots)."""
-    from vllm_genesis.turboquant._launch import default_num_splits, default_tiles
+    from vllm_genesis.turboquant._launch import default_num_splits, default_tiles, launch_plan
 
-    t = default_tiles(128, 16, True, 64, 32768, True, 1)
+    t = default_tiles(128, 16, True, 64, 32768, True)
     assert (t.kernel, t.num_warps, t.block_n) == ("w", 2, 32)
     assert default_num_splits(8, 8, 32768, 132, t, True, 128) == pick_num_splits(8, 8, 32768, 132) // 4
-    assert default_tiles(128, 16, True, 64, 32768, True, 4) == t  # verify, K+1 = 4 x group 4
-    assert default_tiles(128, 16, True, 64, 32768, False, 1).kernel == "n"
-    assert default_tiles(128, 32, True, 64, 32768, True, 8, fp8_mma=False).kernel == "n"
-    assert default_tiles(256, 16, True, 64, 32768, True, 1).kernel == "n"
-    assert default_tiles(128, 16, True, 8, 32768, True, 1).kernel == "n"
-    n = default_tiles(128, 16, True, 64, 32768, False, 1)
+    assert launch_plan(16, 8, 128, 4, 4, True, 32768, True, 132)[0] == t  # verify, K+1 = 4 x group 4
+    assert default_tiles(128, 16, True, 64, 32768, False).kernel == "n"
+    assert default_tiles(128, 32, True, 64, 32768, True, fp8_mma=False).kernel == "n"
+    assert default_tiles(256, 16, True, 64, 32768, True).kernel == "n"
+    assert default_tiles(128, 16, True, 8, 32768, True).kernel == "n"
+    n = default_tiles(128, 16, True, 64, 32768, False)
     assert default_num_splits(8, 8, 32768, 132, n, False, 128) == pick_num_splits(8, 8, 32768, 132)
     D = 128
     lay = TQLayout.from_preset("turboquant_k8v4", D)
@@ -320,10 +320,10 @@ def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
     slots and for decode the previous defaults stay."""
     from vllm_genesis.turboquant._launch import default_tiles, fp8_mma_default
 
-    assert default_tiles(256, 64, True, 4, 32768, True, 6, fp8_mma=True).kernel == "q"
-    assert default_tiles(256, 64, True, 4, 32768, True, 6, fp8_mma=False).kernel == "n"
-    assert default_tiles(256, 64, True, 4, 32768, False, 6, fp8_mma=True).kernel == "n"
-    assert default_tiles(256, 16, True, 4, 32768, True, 1, fp8_mma=True).kernel == "n"
+    assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True).kernel == "q"
+    assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=False).kernel == "n"
+    assert default_tiles(256, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"
+    assert default_tiles(256, 16, True, 4, 32768, True, fp8_mma=True).kernel == "n"
     if not CUDA:
         assert fp8_mma_default(0)  # the interpreter: the tests above run the default path
 

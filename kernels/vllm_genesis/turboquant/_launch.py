@@ -90,7 +90,6 @@ def default_tiles(
     programs: int = 1,
     max_context: int = 0,
     words_ok: bool = True,
-    query_len: int = 1,
     fp8_mma: bool = False,
 ) -> TileConfig:
     """Tile shapes per row count (rows = query tokens x group size) and grid size.
@@ -146,7 +145,7 @@ def default_num_splits(
 ) -> int:
     """``pick_num_splits``; a quarter of it for 2-warp per-warp-state programs (H200 sweeps at
     B=8 x 32K and B=32 x 8K, D=128: half the count 8-10% faster than the full one, a quarter
-    another 5% in two runs)."""
+    another 5% in three runs)."""
     s = pick_num_splits(batch, num_kv_heads, max_context, n_sms)
     if _per_warp_ok(tiles, words_ok, head_dim) and tiles.num_warps == 2 and tiles.vsplit == 1:
         s = max(1, s // 4)
@@ -161,8 +160,7 @@ def launch_plan(
     """The tiles and split count ``run_attention`` launches with (``None``: its defaults)."""
     m_pad = max(16, next_pow2(query_len * group))
     if tiles is None:
-        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, query_len,
-                              fp8_mma)
+        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, fp8_mma)
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_context, n_sms, tiles, words_ok, head_dim)
     return tiles, int(num_splits)
