@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._kernels import _add2, _split_slice, _u4_words
+from ._kernels import _add2, _scale_zero, _split_slice, _split_stats, _u4_words
 
 
 @triton.jit
@@ -161,13 +161,13 @@ def _tq_split_kernel_q(
         sw_n = tl.load(KVW + (pbase_n // 4)[:, None] + swo, mask=nz[:, None], other=0)
         blk_n = tl.load(bt_row + tl.maximum(tl.minimum((start + BLOCK_N) // PAGE + pg, last_page), 0), mask=nz, other=0)
     for n0 in range(start, end, BLOCK_N):
+        if PREFETCH != 1:  # this tile's keys, on Triton's pipeliner
+            blk = tl.load(bt_row + tl.minimum(n0 // PAGE + pg, last_page)).to(tl.int64)
+            pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * skp, 4)
+            kb = tl.load(KV + pbase[:, None, None] + koff)
         if PREFETCH:
             if PREFETCH == 1:
                 kb = kb_n
-            else:
-                blk = tl.load(bt_row + tl.minimum(n0 // PAGE + pg, last_page)).to(tl.int64)
-                pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * skp, 4)
-                kb = tl.load(KV + pbase[:, None, None] + koff)
             cw3 = cw_n
             sw3 = sw_n
             pbase_n = tl.multiple_of(blk_n.to(tl.int64) * stride_kb + kv_head + ((n0 + BLOCK_N) % PAGE) * skp, 4)
@@ -177,9 +177,6 @@ def _tq_split_kernel_q(
             sw_n = tl.load(KVW + (pbase_n // 4)[:, None] + swo)
             blk_n = tl.load(bt_row + tl.minimum((n0 + 2 * BLOCK_N) // PAGE + pg, last_page))
         else:
-            blk = tl.load(bt_row + tl.minimum(n0 // PAGE + pg, last_page)).to(tl.int64)
-            pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * skp, 4)
-            kb = tl.load(KV + pbase[:, None, None] + koff)
             cw3 = tl.load(KVW + (pbase // 4)[:, None, None] + vwo)
             sw3 = tl.load(KVW + (pbase // 4)[:, None] + swo)
         k8 = tl.reshape(kb, [BLOCK_N, D]).to(tl.float8e4nv, bitcast=True)
@@ -209,8 +206,9 @@ def _tq_split_kernel_q(
             m_ref = m_new
         pT = tl.exp2(sT - tl.where(m_ref == float("-inf"), 0.0, m_ref)[None, :])
         sw = tl.reshape(sw3, [BLOCK_N])
-        vs = tl.where(pmask, (sw & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32), 0.0)
-        vz = tl.where(pmask, ((sw >> 16) & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32), 0.0)
+        vs, vz = _scale_zero(sw)
+        vs = tl.where(pmask, vs, 0.0)
+        vz = tl.where(pmask, vz, 0.0)
         if ELEM_SUMS:
             l_e += pT
             z_e += pT * vz[:, None]
@@ -227,10 +225,7 @@ def _tq_split_kernel_q(
         acc = tl.dot(tl.trans(v), psT, acc)
     if ELEM_SUMS:
         l_i, z_i = tl.reduce((l_e, z_e), 0, _add2)
-    has = l_i > 0.0
-    l_safe = tl.where(has, l_i, 1.0)
-    lse = tl.where(has, m_ref + tl.log2(l_safe), float("-inf"))
-    zo = tl.where(has, z_i / l_safe, 0.0)
+    l_safe, lse, zo = _split_stats(m_ref, l_i, z_i)
     mid_row = ((b.to(tl.int64) * HK + hk) * num_splits + sid) * ROWS + rows
     if RSPLIT > 1:
         rmask = (lrows < QPP * G) & (rows < ROWS)

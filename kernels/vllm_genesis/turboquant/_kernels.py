@@ -123,6 +123,15 @@ def _scale_zero(w):
 
 
 @triton.jit
+def _split_stats(m, l, z):
+    """Per row of a split: (sum of p or 1 where none, log-sum-exp or -inf where none, the
+    zero-point term sum(p * zero) / sum(p) or 0 where none)."""
+    has = l > 0.0
+    l_safe = tl.where(has, l, 1.0)
+    return l_safe, tl.where(has, m + tl.log2(l_safe), float("-inf")), tl.where(has, z / l_safe, 0.0)
+
+
+@triton.jit
 def _split_slice(SeqLens, QStart, b, sid, num_splits, QL: tl.constexpr, BLOCK_N: tl.constexpr,
                  HAS_QSTART: tl.constexpr, RAW_TAIL: tl.constexpr):
     """Where stage 1's program for split ``sid`` of sequence ``b`` reads: (first query token,
@@ -384,10 +393,8 @@ def _tq_split_kernel(
                 a5 = tl.dot(ps, c5, a5 * al)
                 a6 = tl.dot(ps, c6, a6 * al)
                 a7 = tl.dot(ps, c7, a7 * al)
-        has = l_i > 0.0
-        l_safe = tl.where(has, l_i, 1.0)
-        lse = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
-        zo = tl.where(has, z_i / l_safe, 0.0)[:, None]
+        l_safe, lse, zo = _split_stats(m_i, l_i, z_i)
+        zo = zo[:, None]
         inv = 1.0 / l_safe[:, None]
         mid_row = ((b.to(tl.int64) * HK + hk) * num_splits + sid) * ROWS + rows
         rmask = rows < ROWS
@@ -574,10 +581,7 @@ def _tq_split_kernel(
             code16 = (code.to(tl.uint16).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
             acc = tl.dot(ps, code16, acc * alpha[:, None])
 
-    has = l_i > 0.0
-    l_safe = tl.where(has, l_i, 1.0)
-    lse = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
-    zo = tl.where(has, z_i / l_safe, 0.0)
+    l_safe, lse, zo = _split_stats(m_i, l_i, z_i)
     mid_row = ((b.to(tl.int64) * HK + hk) * num_splits + sid) * ROWS + rows
     rmask = rows < ROWS
     tl.store(MidL + mid_row, lse, mask=rmask)
@@ -897,10 +901,8 @@ def _tq_split_kernel_w(
     f = tl.exp2(m_i - m_cu[None, :])  # 0 for warps that saw no token
     l_c = tl.sum(l_i * f, 0)
     z_c = tl.sum(z_i * f, 0)
-    has = l_c > 0.0
-    l_safe = tl.where(has, l_c, 1.0)
-    lse = tl.where(has, m_c + tl.log2(l_safe), float("-inf"))
-    zo = tl.where(has, z_c / l_safe, 0.0)[:, None]
+    l_safe, lse, zo = _split_stats(m_c, l_c, z_c)
+    zo = zo[:, None]
     inv = 1.0 / l_safe[:, None]
     fw = f[:, :, None]
     mid_row = ((b.to(tl.int64) * HK + hk) * num_splits + sid) * ROWS + rows
