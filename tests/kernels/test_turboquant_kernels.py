@@ -294,11 +294,13 @@ def test_fp8_tensor_core_kernel(hq, hk, page, pf):
     """kernel="q" (fp8 x fp8 scores, tokens on M, lazily moved softmax reference): odd
     lengths, empty and one-token rows, short and empty splits, NaN bytes past the end, 64-
     and 128-token tiles, decode and both verify modes, query tokens split over programs; all
-    loads on Triton's pipeliner, all hand-prefetched, or only the codes hand-prefetched."""
+    loads on Triton's pipeliner, all hand-prefetched, or only the codes hand-prefetched;
+    tokens or query rows on the MMA's M side."""
     D = 64 if page == 32 else 128
     c, lay, keep, ref = _decode_case(hq, hk, page, D, hq * page + pf)
-    for bn, splits in ((64, 3), (128, 1), (64, 7)):
-        out = _run_decode(c, lay, num_splits=splits, tiles=TileConfig(bn, 4, 1 if pf == 1 else 2, "q", pf))
+    for bn, splits, rm in ((64, 3, False), (128, 1, True), (64, 7, True)):
+        tiles = TileConfig(bn, 4, 1 if pf == 1 else 2, "q", pf, rows_m=rm)
+        out = _run_decode(c, lay, num_splits=splits, tiles=tiles)
         assert not torch.isnan(out).any()
         assert torch.all(out[2] == 0)
         assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
@@ -306,8 +308,8 @@ def test_fp8_tensor_core_kernel(hq, hk, page, pf):
     cv = random_case(seq_lens=vseqs, query_lens=[6, 1, 5, 3], num_heads=hq, num_kv_heads=hk, head_dim=D,
                      block_size=page, layout=lay, generator=torch.Generator().manual_seed(6), device=DEV)
     _poison_past_end(cv, vseqs, page)
-    for rs, splits in ((1, 3), (2, 2), (3, 1)):
-        tiles = TileConfig(64, 4, 1 if pf == 1 else 2, "q", pf, rsplit=rs)
+    for rs, splits, rm in ((1, 3, True), (2, 2, False), (3, 1, False), (1, 2, False)):
+        tiles = TileConfig(64, 4, 1 if pf == 1 else 2, "q", pf, rsplit=rs, rows_m=rm)
         out = _run_verify(cv, lay, num_splits=splits, tiles=tiles)
         assert not torch.isnan(out).any()
         assert rel_err(out, _ref(cv, lay, verify=True)) < DEQ_BOUND
@@ -320,7 +322,9 @@ def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
     slots and for decode the previous defaults stay."""
     from vllm_genesis.turboquant._launch import default_tiles, fp8_mma_default
 
-    assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True).kernel == "q"
+    verify = default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True)
+    assert verify.kernel == "q" and verify.rows_m and verify.prefetch == 2
+    assert default_tiles(128, 32, True, 64, 8192, True, fp8_mma=True).rows_m
     assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=False).kernel == "n"
     assert default_tiles(256, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"
     assert default_tiles(256, 16, True, 4, 32768, True, fp8_mma=True).kernel == "n"

@@ -43,6 +43,52 @@ def _q_fp8_split(q):
     return qh, ql, inv
 
 
+@triton.jit
+def _values_fp16(cw3, BLOCK_N: tl.constexpr, D: tl.constexpr, ASM: tl.constexpr):
+    """A tile's 4-bit code words -> [BLOCK_N, D] fp16 codes in their natural order."""
+    cw = tl.reshape(cw3, [BLOCK_N, D // 8])
+    c0, c1, c2, c3, c4, c5, c6, c7 = _u4_words(cw, ASM)
+    # join appends its axis last: element (i, j, k) of the nest is code 4i + 2j + k
+    return tl.reshape(tl.join(tl.join(tl.join(c0, c4), tl.join(c2, c6)), tl.join(tl.join(c1, c5), tl.join(c3, c7))),
+                      [BLOCK_N, D])
+
+
+@triton.jit
+def _rows_m_step(k8, qh, ql, rsc, acc, m_ref, l_i, z_i, sw3, cw3, n0, end, row_last, RAW_TAIL: tl.constexpr,
+                 LAZY: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, ASM: tl.constexpr):
+    """One tile with the query rows on the MMA's M side: S = Q K^T (two fp8 products), the
+    softmax along each row, O += (P * scale) V."""
+    kT = tl.trans(k8)
+    s = tl.dot(ql, kT)
+    s = tl.dot(qh, kT, s) * rsc[:, None]  # [M_PAD, BLOCK_N] scores, log2 units
+    pos = n0 + tl.arange(0, BLOCK_N)
+    pmask = pos < end
+    valid = pmask[None, :]
+    if not RAW_TAIL:
+        valid = valid & (pos[None, :] <= row_last[:, None])
+    s = tl.where(valid, s, float("-inf"))
+    m_t = tl.max(s, 1)
+    if LAZY < 0:
+        move = tl.full([], 1, tl.int32)
+    else:
+        move = tl.max(tl.where(m_t > m_ref + LAZY, 1, 0), 0)
+    if move > 0:
+        m_new = tl.maximum(m_ref, m_t)
+        alpha = tl.where(m_ref == float("-inf"), 0.0, tl.exp2(m_ref - m_new))
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        z_i = z_i * alpha
+        m_ref = m_new
+    p = tl.exp2(s - tl.where(m_ref == float("-inf"), 0.0, m_ref)[:, None])
+    vs, vz = _scale_zero(tl.reshape(sw3, [BLOCK_N]))
+    vs = tl.where(pmask, vs, 0.0)
+    vz = tl.where(pmask, vz, 0.0)
+    ls, zs = tl.reduce((p, p * vz[None, :]), 1, _add2)
+    ps = (p * vs[None, :]).to(tl.float16)
+    acc = tl.dot(ps, _values_fp16(cw3, BLOCK_N, D, ASM), acc)
+    return acc, m_ref, l_i + ls, z_i + zs
+
+
 @triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel_q(
     QR,
@@ -89,6 +135,9 @@ def _tq_split_kernel_q(
     PREFETCH: tl.constexpr = 0,
     RSPLIT: tl.constexpr = 1,  # programs per (split, head, sequence), each QPP query tokens (M_PAD rows)
     QPP: tl.constexpr = 1,
+    # query rows on the MMA's M side (S = Q K^T, O = P V); the keys are then addressed as one
+    # [BLOCK_N, D] fp8 tile, which the MMA reads from shared memory as it lies
+    ROWS_M: tl.constexpr = False,
 ):
     pid0 = tl.program_id(0)
     sid = pid0 // RSPLIT
@@ -112,14 +161,18 @@ def _tq_split_kernel_q(
     dd = tl.arange(0, D)
     q_ptrs = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh + dd[None, :]
     qh, ql, inv = _q_fp8_split(tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32))
-    qhT = tl.trans(qh)
-    qlT = tl.trans(ql)
+    if not ROWS_M:
+        qhT = tl.trans(qh)
+        qlT = tl.trans(ql)
     rsc = inv * qk_scale
 
     m_ref = tl.full([M_PAD], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([M_PAD], dtype=tl.float32)
     z_i = tl.zeros([M_PAD], dtype=tl.float32)
-    acc = tl.zeros([D, M_PAD], dtype=tl.float32)  # O^T
+    if ROWS_M:
+        acc = tl.zeros([M_PAD, D], dtype=tl.float32)
+    else:
+        acc = tl.zeros([D, M_PAD], dtype=tl.float32)  # O^T
 
     if SKP > 0:
         skp = SKP
@@ -147,7 +200,7 @@ def _tq_split_kernel_q(
     last_page = tl.maximum(end - 1, 0) // PAGE
     # M_PAD <= 16: row sums kept per (token, row) element and reduced once after the loop
     # (no cross-warp reduction for them inside it)
-    ELEM_SUMS: tl.constexpr = M_PAD <= 16
+    ELEM_SUMS: tl.constexpr = M_PAD <= 16 and not ROWS_M
     if ELEM_SUMS:
         l_e = tl.zeros([BLOCK_N, M_PAD], dtype=tl.float32)
         z_e = tl.zeros([BLOCK_N, M_PAD], dtype=tl.float32)
@@ -164,7 +217,11 @@ def _tq_split_kernel_q(
         if PREFETCH != 1:  # this tile's keys, on Triton's pipeliner
             blk = tl.load(bt_row + tl.minimum(n0 // PAGE + pg, last_page)).to(tl.int64)
             pbase = tl.multiple_of(blk * stride_kb + kv_head + (n0 % PAGE) * skp, 4)
-            kb = tl.load(KV + pbase[:, None, None] + koff)
+            if ROWS_M:
+                ktok = tl.multiple_of(tl.reshape(pbase[:, None] + row_off[None, :], [BLOCK_N]), 4)
+                kb = tl.load(KV.to(tl.pointer_type(tl.float8e4nv)) + ktok[:, None] + dd[None, :])
+            else:
+                kb = tl.load(KV + pbase[:, None, None] + koff)
         if PREFETCH:
             if PREFETCH == 1:
                 kb = kb_n
@@ -179,50 +236,52 @@ def _tq_split_kernel_q(
         else:
             cw3 = tl.load(KVW + (pbase // 4)[:, None, None] + vwo)
             sw3 = tl.load(KVW + (pbase // 4)[:, None] + swo)
-        k8 = tl.reshape(kb, [BLOCK_N, D]).to(tl.float8e4nv, bitcast=True)
-        sT = tl.dot(k8, qlT)
-        sT = tl.dot(k8, qhT, sT) * rsc[None, :]  # [BLOCK_N, M_PAD] scores, log2 units
-        pos = n0 + offs_n
-        pmask = pos < end
-        valid = pmask[:, None]
-        if not RAW_TAIL:
-            valid = valid & (pos[:, None] <= row_last[None, :])
-        sT = tl.where(valid, sT, float("-inf"))
-        m_t = tl.max(sT, 0)
-        if LAZY < 0:
-            move = tl.full([], 1, tl.int32)  # rescale on every tile (a constant: no branch)
+        if ROWS_M and PREFETCH != 1:
+            k8 = kb
         else:
-            move = tl.max(tl.where(m_t > m_ref + LAZY, 1, 0), 0)
-        if move > 0:
-            m_new = tl.maximum(m_ref, m_t)
-            alpha = tl.where(m_ref == float("-inf"), 0.0, tl.exp2(m_ref - m_new))
-            acc = acc * alpha[None, :]
-            if ELEM_SUMS:
-                l_e = l_e * alpha[None, :]
-                z_e = z_e * alpha[None, :]
+            k8 = tl.reshape(kb, [BLOCK_N, D]).to(tl.float8e4nv, bitcast=True)
+        if ROWS_M:
+            acc, m_ref, l_i, z_i = _rows_m_step(k8, qh, ql, rsc, acc, m_ref, l_i, z_i, sw3, cw3, n0, end, row_last,
+                                                RAW_TAIL, LAZY, BLOCK_N, D, ASM)
+        else:
+            sT = tl.dot(k8, qlT)
+            sT = tl.dot(k8, qhT, sT) * rsc[None, :]  # [BLOCK_N, M_PAD] scores, log2 units
+            pos = n0 + offs_n
+            pmask = pos < end
+            valid = pmask[:, None]
+            if not RAW_TAIL:
+                valid = valid & (pos[:, None] <= row_last[None, :])
+            sT = tl.where(valid, sT, float("-inf"))
+            m_t = tl.max(sT, 0)
+            if LAZY < 0:
+                move = tl.full([], 1, tl.int32)  # rescale on every tile (a constant: no branch)
             else:
-                l_i = l_i * alpha
-                z_i = z_i * alpha
-            m_ref = m_new
-        pT = tl.exp2(sT - tl.where(m_ref == float("-inf"), 0.0, m_ref)[None, :])
-        sw = tl.reshape(sw3, [BLOCK_N])
-        vs, vz = _scale_zero(sw)
-        vs = tl.where(pmask, vs, 0.0)
-        vz = tl.where(pmask, vz, 0.0)
-        if ELEM_SUMS:
-            l_e += pT
-            z_e += pT * vz[:, None]
-        else:
-            ls, zs = tl.reduce((pT, pT * vz[:, None]), 0, _add2)
-            l_i += ls
-            z_i += zs
-        psT = (pT * vs[:, None]).to(tl.float16)
-        cw = tl.reshape(cw3, [BLOCK_N, DV])
-        c0, c1, c2, c3, c4, c5, c6, c7 = _u4_words(cw, ASM)
-        # join appends its axis last: element (i, j, k) of the nest is code 4i + 2j + k
-        v = tl.reshape(tl.join(tl.join(tl.join(c0, c4), tl.join(c2, c6)), tl.join(tl.join(c1, c5), tl.join(c3, c7))),
-                       [BLOCK_N, D])
-        acc = tl.dot(tl.trans(v), psT, acc)
+                move = tl.max(tl.where(m_t > m_ref + LAZY, 1, 0), 0)
+            if move > 0:
+                m_new = tl.maximum(m_ref, m_t)
+                alpha = tl.where(m_ref == float("-inf"), 0.0, tl.exp2(m_ref - m_new))
+                acc = acc * alpha[None, :]
+                if ELEM_SUMS:
+                    l_e = l_e * alpha[None, :]
+                    z_e = z_e * alpha[None, :]
+                else:
+                    l_i = l_i * alpha
+                    z_i = z_i * alpha
+                m_ref = m_new
+            pT = tl.exp2(sT - tl.where(m_ref == float("-inf"), 0.0, m_ref)[None, :])
+            sw = tl.reshape(sw3, [BLOCK_N])
+            vs, vz = _scale_zero(sw)
+            vs = tl.where(pmask, vs, 0.0)
+            vz = tl.where(pmask, vz, 0.0)
+            if ELEM_SUMS:
+                l_e += pT
+                z_e += pT * vz[:, None]
+            else:
+                ls, zs = tl.reduce((pT, pT * vz[:, None]), 0, _add2)
+                l_i += ls
+                z_i += zs
+            psT = (pT * vs[:, None]).to(tl.float16)
+            acc = tl.dot(tl.trans(_values_fp16(cw3, BLOCK_N, D, ASM)), psT, acc)
     if ELEM_SUMS:
         l_i, z_i = tl.reduce((l_e, z_e), 0, _add2)
     l_safe, lse, zo = _split_stats(m_ref, l_i, z_i)
@@ -232,4 +291,7 @@ def _tq_split_kernel_q(
     else:
         rmask = rows < ROWS
     tl.store(MidL + mid_row, lse, mask=rmask)
-    tl.store(MidO + mid_row[None, :] * D + dd[:, None], acc / l_safe[None, :] + zo[None, :], mask=rmask[None, :])
+    if ROWS_M:
+        tl.store(MidO + mid_row[:, None] * D + dd[None, :], acc / l_safe[:, None] + zo[:, None], mask=rmask[:, None])
+    else:
+        tl.store(MidO + mid_row[None, :] * D + dd[:, None], acc / l_safe[None, :] + zo[None, :], mask=rmask[None, :])

@@ -81,6 +81,9 @@ class TileConfig:
     # (log2 units; a uniform branch), or rescale on every tile (< 0); None: every tile for
     # 16 rows (small accumulators), 8 otherwise
     lazy: float | None = None
+    # kernel "q": query rows on the MMA's M side (S = Q K^T, softmax along rows, O = P V;
+    # keys as one [block_n, D] tile the MMA reads from shared memory); else tokens on M
+    rows_m: bool = False
 
 
 def default_tiles(
@@ -102,15 +105,16 @@ def default_tiles(
     at the top of each step; with 5 two tiles stay in flight), with a quarter of the usual
     split count (``default_num_splits``); other many-pair shapes -> 64-token tiles on the
     pipeliner with a 168-register cap; verify -> with ``fp8_mma`` (Hopper) and word-aligned
-    slots the fp8 tensor-core kernel ("q") with 64-token tiles, else 32-token tiles on a
-    5-stage pipeline. ``words_ok``: the cache strides and slot allow int32 word loads (fp8
+    slots the fp8 tensor-core kernel ("q") with the query rows on M, 64-token tiles, keys on
+    a 5-stage pipeline, codes fetched a tile ahead, the softmax reference moved on every
+    tile; else 32-token tiles on a 5-stage pipeline. ``words_ok``: the cache strides and slot allow int32 word loads (fp8
     keys + 4-bit values); head sizes below 128 and other presets ignore ``words``.
     """
     if not key_fp8:
         return TileConfig(32, 4, 2)
     if m_pad > 16:
         if fp8_mma and words_ok and head_dim >= 64:
-            return TileConfig(64, 4, 2, "q")
+            return TileConfig(64, 4, 5, "q", 2, lazy=-1.0, rows_m=True)
         return TileConfig(32, 4, 5)
     if programs >= 32:
         if head_dim == 128 and words_ok:
@@ -277,6 +281,8 @@ def run_attention(
             extra["RSPLIT"] = -(-QL // qpp)
             extra["QPP"] = qpp
             M_PAD = max(16, next_pow2(qpp * G))
+        if tiles.rows_m:
+            extra["ROWS_M"] = True
     elif _per_warp_ok(tiles, words_ok, D):
         kern = _tq_split_kernel_w
         extra["NW"] = tiles.num_warps

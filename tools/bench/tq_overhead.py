@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Where a small TurboQuant decode's time goes: stage 1, the combine, the replay floor, the L2 flush.
+
+For each chosen row of ``tools/bench/kernels.py`` (default: the three B=1 decode rows and the
+K+1=6 verify row) it times CUDA-graph replays of: an empty graph (one 1-element kernel: the
+floor of the method), ours in full, ours with the combine launch left out, ours with stage 1
+left out, and bf16 SDPA, each with the L2 emptied by a 256 MiB write and by a 256 MiB read
+before every replay (``kernels.py --flush``), plus optional split counts for ours.
+
+    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "kernels"))
+sys.path.insert(0, str(REPO / "tools" / "bench"))
+
+import torch  # noqa: E402
+
+
+class _Skip:
+    """Stands in for a Triton kernel whose launch is left out of a replay."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", default="0,1,2,3")
+    ap.add_argument("--splits", default="", help="extra split counts to time for ours (comma-separated)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    import kernels as bench  # tools/bench/kernels.py
+    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant import _launch
+
+    bench.ARGS = argparse.Namespace(flush="write", rep_ms=100, tune=False, tiny=False)
+    copy = bench.copy_rate()
+    print(f"copy rate (read+write) {copy / 1e12:.3f} TB/s", flush=True)
+    tiny = torch.zeros(1, device="cuda")
+    results = []
+    for idx in (int(i) for i in a.rows.split(",")):
+        kind, B, L, Hq, Hk, D, QL = bench.ROWS[idx]
+        lay = TQLayout.from_preset("turboquant_k8v4", D)
+        cache, bt = bench.build_cache(B, L, Hk, D, layout=lay)
+        seq_lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+        q = torch.randn(B * QL, Hq, D, device="cuda").to(torch.bfloat16)
+        out = torch.empty_like(q)
+        kt = torch.randn(B * QL, Hk, D, device="cuda").to(torch.bfloat16)
+        qsl = torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device="cuda")
+        kb = torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16)
+        vb = torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16)
+        qv = q.view(B, QL, Hq, D).transpose(1, 2)
+        mask = torch.ones(QL, L, dtype=torch.bool, device="cuda").tril(L - QL) if QL > 1 else None
+        nbytes = (L - (QL if kind == "verify" else 0)) * B * Hk * lay.slot_size
+
+        def ours(splits=None):
+            if kind == "decode":
+                return lambda: tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=out, num_splits=splits)
+            return lambda: tq_verify_attention(q, kt, kt, cache, bt, seq_lens, qsl, QL, layout=lay, out=out,
+                                               num_splits=splits)
+
+        def sdpa():
+            return torch.nn.functional.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, enable_gqa=True)
+
+        def without(names, fn):
+            saved = {n: getattr(_launch, n) for n in names}
+
+            def run():
+                for n in names:
+                    setattr(_launch, n, _Skip())
+                try:
+                    fn()
+                finally:
+                    for n, k in saved.items():
+                        setattr(_launch, n, k)
+            return run
+
+        stage1 = ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w")
+        cases = [("empty graph", lambda: tiny.add_(1.0)), ("ours", ours()),
+                 ("ours, stage 1 only", without(("_tq_combine_kernel",), ours())),
+                 ("ours, combine only", without(stage1, ours())), ("sdpa", sdpa)]
+        cases += [(f"ours S={s}", ours(int(s))) for s in a.splits.split(",") if s]
+        row = dict(row=list(bench.ROWS[idx]), cache_bytes=nbytes, times={})
+        for mode in ("write", "read"):
+            bench.ARGS.flush = mode
+            for name, fn in cases:
+                ms = bench.bench_graph(fn)
+                row["times"][f"{name} [{mode}]"] = ms
+        results.append(row)
+        print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL}: {nbytes / 1e6:.1f} MB of cache")
+        print(f"  {'':28s} {'write-flush ms':>14s} {'read-flush ms':>13s} {'ours-read %copy':>15s}")
+        for name, _ in cases:
+            w, r = row["times"][f"{name} [write]"], row["times"][f"{name} [read]"]
+            pct = 100 * nbytes / (r * 1e-3) / copy if name.startswith("ours") else float("nan")
+            print(f"  {name:28s} {w:14.4f} {r:13.4f} {pct:15.1f}", flush=True)
+        del cache, bt, kb, vb
+        torch.cuda.empty_cache()
+    if a.json:
+        Path(a.json).write_text(json.dumps(dict(copy_rate_GBps=copy / 1e9, rows=results), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Time TileConfig variants of the TurboQuant kernels on rows of ``tools/bench/kernels.py``.
+
+Each variant's output is first compared with a float64 reference of the same inputs
+(relative error, NaN check; outputs poisoned first), then timed as the median of CUDA-graph
+replays with the L2 emptied before each (``kernels.py --flush``). The launcher's own
+configuration is always timed first, as the anchor of the run.
+
+    python tools/bench/tq_sweep.py --row 1 --tiles 'T(64, 4, 5, "q", 2)' --tiles 'T(64, 4, 5, "q", 2, key2d=True)@96'
+
+A variant is a TileConfig expression (``T`` = TileConfig), optionally ``@S`` for a split count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "kernels"))
+sys.path.insert(0, str(REPO / "tools" / "bench"))
+
+import torch  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--row", type=int, action="append", default=[], help="index into kernels.py's ROWS")
+    ap.add_argument("--row-spec", action="append", default=[], help="a row 'kind,B,context,Hq,Hk,D,query_len'")
+    ap.add_argument("--tiles", action="append", default=[])
+    ap.add_argument("--flush", choices=("write", "read"), default="read")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    import kernels as bench  # tools/bench/kernels.py
+    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant._launch import TileConfig
+    from vllm_genesis.turboquant.reference import reference_attention, rel_err
+
+    bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
+    results = []
+    rows = [bench.ROWS[i] for i in a.row]
+    rows += [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in a.row_spec)]
+    for idx, (kind, B, L, Hq, Hk, D, QL) in enumerate(rows):
+        lay = TQLayout.from_preset("turboquant_k8v4", D)
+        cache, bt = bench.build_cache(B, L, Hk, D, layout=lay)
+        seq_lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+        q = torch.randn(B * QL, Hq, D, device="cuda").to(torch.bfloat16)
+        out = torch.empty_like(q)
+        kt = torch.randn(B * QL, Hk, D, device="cuda").to(torch.bfloat16)
+        qsl = torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device="cuda")
+        scale = D**-0.5
+        if kind == "decode":
+            ref = reference_attention(q, cache, bt, seq_lens, lay, scale)
+        else:
+            ref = reference_attention(q, cache, bt, seq_lens, lay, scale, query_start_loc=qsl, key=kt, value=kt)
+
+        def call(tiles, splits, o):
+            if kind == "decode":
+                return tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=o, tiles=tiles, num_splits=splits)
+            return tq_verify_attention(q, kt, kt, cache, bt, seq_lens, qsl, QL, layout=lay, out=o, tiles=tiles,
+                                       num_splits=splits)
+
+        print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL}", flush=True)
+        for spec in ["default"] + a.tiles:
+            expr, _, s = spec.partition("@")
+            tiles = None if expr == "default" else eval(expr, {"T": TileConfig, "TileConfig": TileConfig})
+            splits = int(s) if s else None
+            line = dict(row=[kind, B, L, Hq, Hk, D, QL], variant=spec)
+            try:
+                o = torch.full_like(q, float("nan"))
+                call(tiles, splits, o)
+                torch.cuda.synchronize()
+                line["rel_err"] = rel_err(o, ref)
+                line["nan"] = bool(torch.isnan(o).any())
+                line["ms"] = bench.bench_graph(lambda: call(tiles, splits, out))
+            except Exception as exc:  # noqa: BLE001 - report and go on with the other variants
+                line["error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
+            results.append(line)
+            if "error" in line:
+                print(f"  {spec:60s} ERROR {line['error']}", flush=True)
+            else:
+                ok = line["rel_err"] < 1e-2 and not line["nan"]
+                print(f"  {spec:60s} {line['ms']:.4f} ms  rel_err {line['rel_err']:.2e} {'ok' if ok else 'BAD'}",
+                      flush=True)
+        del cache, bt
+        torch.cuda.empty_cache()
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
