@@ -668,6 +668,12 @@ def _tq_combine_kernel(
             mask=jm[:, None],
             other=0.0,
         ).to(tl.float32)
+        # the tail's values too, now: they need only q0 (one memory latency less)
+        vt = tl.load(
+            VR + (q0 + jj).to(tl.int64)[:, None] * stride_vt + hk * stride_vh + cols[None, :],
+            mask=jm[:, None],
+            other=0.0,
+        ).to(tl.float32)
         ts = tl.sum(qv[None, :] * kt, 1) * qk_scale
         ts = tl.where(jm, ts, float("-inf"))
         m_i = tl.maximum(m_i, tl.max(ts, 0))
@@ -690,11 +696,6 @@ def _tq_combine_kernel(
         m_use = m_nu
     if RAW_TAIL:
         pt = tl.exp2(ts - m_use)
-        vt = tl.load(
-            VR + (q0 + jj).to(tl.int64)[:, None] * stride_vt + hk * stride_vh + cols[None, :],
-            mask=jm[:, None],
-            other=0.0,
-        ).to(tl.float32)
         acc += tl.sum(pt[:, None] * vt, 0)
         den += tl.sum(pt, 0)
     out = tl.where(den > 0.0, acc / tl.where(den > 0.0, den, 1.0), 0.0)
