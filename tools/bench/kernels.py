@@ -321,9 +321,8 @@ def tune_variants(kind, B, D, rows, S):
         old, s_old = T(64, 4, 1, "n", True, words=4), S
         out = [(T(64, 4, 5, "q"), S), (T(64, 4, 5, "q", 2), S), (T(64, 4, 3, "q", 2), S)]
     else:
-        old, s_old = T(32, 2, 3, "w", words=2), max(1, S // 2)
-        out = [(T(32, 2, 5, "w", words=2), max(1, S // 4)), (T(64, 4, 5, "q"), max(1, S // 2)),
-               (T(64, 4, 5, "q", 2), max(1, S // 2))]
+        old, s_old = T(32, 2, 5, "w", words=2), max(1, S // 4)
+        out = [(T(32, 2, 5, "w", words=2), max(1, S // 2)), (T(64, 4, 5, "q", 2), max(1, S // 2))]
     res = [(tile_key(old) + f"-S{s_old} (old default)", old, s_old)]
     return res + [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in out]
 
