@@ -615,3 +615,28 @@ def test_bf16_products_on_gpu():
                      layout=lay, device="cuda")
     out = _run_decode(c1, lay, dot_bf16=True)
     assert rel_err(out, _ref(c1, lay)) < DEQ_BOUND
+
+
+
+def test_callers_split_workspace_is_used():
+    """A caller's split workspace (as P67b preallocates one for CUDA graphs; larger than
+    needed is fine) is written and gives the launcher's own result (decode and verify)."""
+    from vllm_genesis.turboquant._launch import split_workspace
+
+    c, lay, keep, ref = _decode_case(12, 2, 16, 128, 41)
+    mid_o, mid_l = split_workspace(5, 2, 7, 6, 128, DEV)
+    mid_o.fill_(float("nan"))
+    a = _run_decode(c, lay, num_splits=5)
+    b = _run_decode(c, lay, num_splits=5, workspace=(mid_o, mid_l))
+    assert not torch.isnan(mid_o.flatten()[: 5 * 2 * 5 * 6 * 128]).all()  # the caller's buffer was written
+    assert rel_err(a[keep], ref[keep]) < DEQ_BOUND
+    assert torch.equal(a[keep], b[keep])
+    cv = random_case(seq_lens=[77, 130], query_lens=[6, 3], num_heads=12, num_kv_heads=2, head_dim=128,
+                     block_size=16, layout=lay, generator=torch.Generator().manual_seed(42), device=DEV)
+    ws = split_workspace(2, 2, 3, 36, 128, DEV)
+    va = _run_verify(cv, lay, num_splits=3)
+    vb = _run_verify(cv, lay, num_splits=3, workspace=ws)
+    assert rel_err(va, _ref(cv, lay, verify=True)) < DEQ_BOUND
+    assert torch.equal(va, vb)
+    with pytest.raises(ValueError, match="workspace too small"):
+        _run_verify(cv, lay, num_splits=4, workspace=ws)
