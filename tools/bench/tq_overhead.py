@@ -5,9 +5,11 @@ For each chosen row of ``tools/bench/kernels.py`` (default: the three B=1 decode
 K+1=6 verify row) it times CUDA-graph replays of: an empty graph (one 1-element kernel: the
 floor of the method), ours in full, ours with the combine launch left out, ours with stage 1
 left out, and bf16 SDPA, each with the L2 emptied by a 256 MiB write and by a 256 MiB read
-before every replay (``kernels.py --flush``), plus optional split counts for ours.
+before every replay (``kernels.py --flush``), plus optional split counts for ours. With
+``--cache-tail`` verify rows read their K+1 tail from the cache (stage 1, causal) instead of
+the raw tensors (the combine).
 
-    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--json out.json]
+    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--cache-tail] [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main() -> int:
     ap.add_argument("--rows", default="0,1,2,3")
     ap.add_argument("--splits", default="", help="extra split counts to time for ours (comma-separated)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--cache-tail", action="store_true",
+                    help="verify rows: read the K+1 tail from the cache (key=value=None) instead of the raw tensors")
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
@@ -64,7 +68,8 @@ def main() -> int:
         def ours(splits=None):
             if kind == "decode":
                 return lambda: tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=out, num_splits=splits)
-            return lambda: tq_verify_attention(q, kt, kt, cache, bt, seq_lens, qsl, QL, layout=lay, out=out,
+            raw = None if a.cache_tail else kt
+            return lambda: tq_verify_attention(q, raw, raw, cache, bt, seq_lens, qsl, QL, layout=lay, out=out,
                                                num_splits=splits)
 
         def sdpa():
