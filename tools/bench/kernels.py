@@ -141,6 +141,25 @@ def copy_rate() -> float:
     return 2 * n / (ms * 1e-3)
 
 
+def row_inputs(row):
+    """A k8v4 case for one row ``(kind, B, context, Hq, Hk, D, query_len)`` on ``DEV``: a
+    namespace with the layout, cache, block table, lengths, bf16 query, an output buffer,
+    raw K+1 tail keys (also used as values) and the packed query start offsets."""
+    from types import SimpleNamespace
+
+    from vllm_genesis.turboquant import TQLayout
+
+    kind, B, L, Hq, Hk, D, QL = row
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    cache, bt = build_cache(B, L, Hk, D, layout=lay)
+    q = torch.randn(B * QL, Hq, D, device=DEV).to(torch.bfloat16)
+    return SimpleNamespace(
+        lay=lay, cache=cache, bt=bt, seq_lens=torch.full((B,), L, dtype=torch.int32, device=DEV), q=q,
+        out=torch.empty_like(q), kt=torch.randn(B * QL, Hk, D, device=DEV).to(torch.bfloat16),
+        qsl=torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device=DEV),
+    )
+
+
 def build_cache(B, L, Hk, D, *, layout, tail=0, seed=0):
     """Random valid k8v4-style slots on the device (fp8 keys, 4-bit codes, fp16 scale/zero)."""
     g = torch.Generator(device=DEV).manual_seed(seed)

@@ -35,34 +35,31 @@ class _Skip:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", default="0,1,2,3")
+    ap.add_argument("--rows", default="0,1,2,3", help="indexes into kernels.py's ROWS")
+    ap.add_argument("--row-spec", action="append", default=[], help="a row 'kind,B,context,Hq,Hk,D,query_len' instead")
     ap.add_argument("--splits", default="", help="extra split counts to time for ours (comma-separated)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--cache-tail", action="store_true",
                     help="verify rows: read the K+1 tail from the cache (key=value=None) instead of the raw tensors")
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
-    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant import _launch
 
     bench.ARGS = argparse.Namespace(flush="write", rep_ms=100, tune=False, tiny=False)
     copy = bench.copy_rate()
     print(f"copy rate (read+write) {copy / 1e12:.3f} TB/s", flush=True)
-    tiny = torch.zeros(1, device="cuda")
+    tiny = torch.zeros(1, device=bench.DEV)
     results = []
-    for idx in (int(i) for i in a.rows.split(",")):
-        kind, B, L, Hq, Hk, D, QL = bench.ROWS[idx]
-        lay = TQLayout.from_preset("turboquant_k8v4", D)
-        cache, bt = bench.build_cache(B, L, Hk, D, layout=lay)
-        seq_lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
-        q = torch.randn(B * QL, Hq, D, device="cuda").to(torch.bfloat16)
-        out = torch.empty_like(q)
-        kt = torch.randn(B * QL, Hk, D, device="cuda").to(torch.bfloat16)
-        qsl = torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device="cuda")
-        kb = torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16)
-        vb = torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16)
+    rows = [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in a.row_spec)]
+    for row in rows or [bench.ROWS[int(i)] for i in a.rows.split(",")]:
+        kind, B, L, Hq, Hk, D, QL = row
+        x = bench.row_inputs(row)
+        lay, cache, bt, seq_lens, q, out, kt, qsl = x.lay, x.cache, x.bt, x.seq_lens, x.q, x.out, x.kt, x.qsl
+        kb = torch.randn(B, Hk, L, D, device=bench.DEV, dtype=torch.bfloat16)
+        vb = torch.randn(B, Hk, L, D, device=bench.DEV, dtype=torch.bfloat16)
         qv = q.view(B, QL, Hq, D).transpose(1, 2)
-        mask = torch.ones(QL, L, dtype=torch.bool, device="cuda").tril(L - QL) if QL > 1 else None
+        mask = torch.ones(QL, L, dtype=torch.bool, device=bench.DEV).tril(L - QL) if QL > 1 else None
         nbytes = (L - (QL if kind == "verify" else 0)) * B * Hk * lay.slot_size
 
         def ours(splits=None):
@@ -93,17 +90,17 @@ def main() -> int:
                  ("ours, stage 1 only", without(("_tq_combine_kernel",), ours())),
                  ("ours, combine only", without(stage1, ours())), ("sdpa", sdpa)]
         cases += [(f"ours S={s}", ours(int(s))) for s in a.splits.split(",") if s]
-        row = dict(row=list(bench.ROWS[idx]), cache_bytes=nbytes, times={})
+        res = dict(row=list(row), cache_bytes=nbytes, times={})
         for mode in ("write", "read"):
             bench.ARGS.flush = mode
             for name, fn in cases:
                 ms = bench.bench_graph(fn)
-                row["times"][f"{name} [{mode}]"] = ms
-        results.append(row)
+                res["times"][f"{name} [{mode}]"] = ms
+        results.append(res)
         print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL}: {nbytes / 1e6:.1f} MB of cache")
         print(f"  {'':28s} {'write-flush ms':>14s} {'read-flush ms':>13s} {'ours-read %copy':>15s}")
         for name, _ in cases:
-            w, r = row["times"][f"{name} [write]"], row["times"][f"{name} [read]"]
+            w, r = res["times"][f"{name} [write]"], res["times"][f"{name} [read]"]
             pct = 100 * nbytes / (r * 1e-3) / copy if name.startswith("ours") else float("nan")
             print(f"  {name:28s} {w:14.4f} {r:13.4f} {pct:15.1f}", flush=True)
         del cache, bt, kb, vb

@@ -30,23 +30,19 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=4)
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
-    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant._launch import TileConfig
 
     kind, B, L, Hq, Hk, D, QL = bench.ROWS[a.row]
     bench.DEV = "cuda"
-    lay = TQLayout.from_preset("turboquant_k8v4", D)
-    cache, bt = bench.build_cache(B, L, Hk, D, layout=lay)
-    seq_lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
-    q = torch.randn(B * QL, Hq, D, device="cuda").to(torch.bfloat16)
+    x = bench.row_inputs(bench.ROWS[a.row])
     tiles = eval(a.tiles, {"TileConfig": TileConfig}) if a.tiles else None
     for _ in range(a.runs):
         if kind == "decode":
-            tq_decode_attention(q, cache, bt, seq_lens, layout=lay, tiles=tiles, num_splits=a.splits)
+            tq_decode_attention(x.q, x.cache, x.bt, x.seq_lens, layout=x.lay, tiles=tiles, num_splits=a.splits)
         else:
-            kt = torch.randn(B * QL, Hk, D, device="cuda").to(torch.bfloat16)
-            qsl = torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device="cuda")
-            tq_verify_attention(q, kt, kt, cache, bt, seq_lens, qsl, QL, layout=lay, tiles=tiles, num_splits=a.splits)
+            tq_verify_attention(x.q, x.kt, x.kt, x.cache, x.bt, x.seq_lens, x.qsl, QL, layout=x.lay, tiles=tiles,
+                                num_splits=a.splits)
     torch.cuda.synchronize()
     return 0
 

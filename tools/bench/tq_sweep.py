@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
-    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant._launch import TileConfig
     from vllm_genesis.turboquant.reference import reference_attention, rel_err
 
@@ -43,13 +43,8 @@ def main() -> int:
     rows = [bench.ROWS[i] for i in a.row]
     rows += [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in a.row_spec)]
     for idx, (kind, B, L, Hq, Hk, D, QL) in enumerate(rows):
-        lay = TQLayout.from_preset("turboquant_k8v4", D)
-        cache, bt = bench.build_cache(B, L, Hk, D, layout=lay)
-        seq_lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
-        q = torch.randn(B * QL, Hq, D, device="cuda").to(torch.bfloat16)
-        out = torch.empty_like(q)
-        kt = torch.randn(B * QL, Hk, D, device="cuda").to(torch.bfloat16)
-        qsl = torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device="cuda")
+        x = bench.row_inputs((kind, B, L, Hq, Hk, D, QL))
+        lay, cache, bt, seq_lens, q, out, kt, qsl = x.lay, x.cache, x.bt, x.seq_lens, x.q, x.out, x.kt, x.qsl
         scale = D**-0.5
         if kind == "decode":
             ref = reference_attention(q, cache, bt, seq_lens, lay, scale)
@@ -71,7 +66,8 @@ def main() -> int:
             try:
                 o = torch.full_like(q, float("nan"))
                 call(tiles, splits, o)
-                torch.cuda.synchronize()
+                if bench.DEV == "cuda":
+                    torch.cuda.synchronize()
                 line["rel_err"] = rel_err(o, ref)
                 line["nan"] = bool(torch.isnan(o).any())
                 line["ms"] = bench.bench_graph(lambda: call(tiles, splits, out))
@@ -85,7 +81,8 @@ def main() -> int:
                 print(f"  {spec:60s} {line['ms']:.4f} ms  rel_err {line['rel_err']:.2e} {'ok' if ok else 'BAD'}",
                       flush=True)
         del cache, bt
-        torch.cuda.empty_cache()
+        if bench.DEV == "cuda":
+            torch.cuda.empty_cache()
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     return 0
