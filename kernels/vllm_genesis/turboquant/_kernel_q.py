@@ -1,4 +1,4 @@
-"""Stage 1 with fp8 tensor-core scores and tokens on the MMA's M side (k8v4, Hopper).
+"""Stage 1 with fp8 tensor-core scores (k8v4, Hopper).
 
 ``_tq_split_kernel_q`` has the inputs and outputs of ``_kernels._tq_split_kernel`` (one
 program per (split, KV head, sequence), every query row of the group) but never turns a
@@ -6,12 +6,16 @@ key into a wider type: the fp8 key bytes go from global memory into shared memor
 they are (``cp.async`` through Triton's pipeliner) and are scored by fp8 x fp8 warp-group
 MMAs against the query split into two fp8 parts, ``q * 2^k = hi + lo`` exactly (a bf16
 value has 8 significant bits, an e4m3 value 4; the per-row power of two keeps both parts
-in e4m3's normal range). Scores are computed transposed (``K @ Q^T``: tokens x rows),
-so a 64-token tile is one M=64 MMA whatever the group size, and values as
-``V^T @ (P * scale)^T`` with the 4-bit codes turned into fp16 in registers and written to
-shared memory as whole 16-byte rows. The softmax reference max moves only when a row's
-max grows by more than ``LAZY`` (log2 units), so the accumulators are rescaled in a
-uniform branch that is rarely taken instead of on every tile.
+in e4m3's normal range). Two arrangements:
+
+* tokens on the MMA's M side (default): scores computed transposed (``K @ Q^T``: tokens x
+  rows), so a 64-token tile is one M=64 MMA whatever the group size, and values as
+  ``V^T @ (P * scale)^T`` with the 4-bit codes turned into fp16 in registers and written
+  to shared memory as whole 16-byte rows. The softmax reference max moves only when a
+  row's max grows by more than ``LAZY`` (log2 units), in a uniform branch, or on every tile;
+* query rows on M (``ROWS_M``, for 64 rows: verify): ``S = Q K^T`` with the key tile read
+  by the MMA from shared memory as it lies, the softmax along each row inside a thread and
+  its quad, ``O += (P * scale) V`` with ``P`` in registers (``_rows_m_step``).
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ class TileConfig:
     num_stages: int
     # "n": rows on the MMA's M side; "w": one softmax state per warp, tokens split across
     # warps (fp8 keys + 4-bit values, int32 words, D >= 128; ``words`` 2/4 = PTX conversions,
-    # else shifts); "q": fp8 tensor-core scores, tokens on M (fp8 e4m3 keys + 4-bit values,
-    # int32 words, D >= 64); both fall back to "n" elsewhere
+    # else shifts); "q": fp8 tensor-core scores, tokens (or with ``rows_m`` query rows) on M
+    # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); both fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
