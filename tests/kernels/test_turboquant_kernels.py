@@ -325,6 +325,7 @@ def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
     verify = default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True)
     assert verify.kernel == "q" and verify.rows_m and verify.prefetch == 2
     assert default_tiles(128, 32, True, 64, 8192, True, fp8_mma=True).rows_m
+    assert verify.rsplit == 1 and default_tiles(256, 128, True, 4, 32768, True, fp8_mma=True).rsplit == 2
     assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=False).kernel == "n"
     assert default_tiles(256, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"
     assert default_tiles(256, 16, True, 4, 32768, True, fp8_mma=True).kernel == "n"
@@ -640,3 +641,19 @@ def test_callers_split_workspace_is_used():
     assert torch.equal(va, vb)
     with pytest.raises(ValueError, match="workspace too small"):
         _run_verify(cv, lay, num_splits=4, workspace=ws)
+
+
+def test_verify_beyond_64_rows_splits_the_query_tokens():
+    """G = 16 with K+1 = 8 is 128 rows: the default runs the query rows on M in programs of
+    at most 64 rows (two programs per split, four query tokens each) and matches float64;
+    a request with fewer tokens leaves the second program's rows empty."""
+    from vllm_genesis.turboquant._launch import launch_plan
+
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    tiles, _ = launch_plan(2, 2, 64, 16, 8, True, 160, True, 4, fp8_mma=True)
+    assert tiles.rows_m and tiles.rsplit == 2
+    c = random_case(seq_lens=[150, 37], query_lens=[8, 3], num_heads=32, num_kv_heads=2, head_dim=64,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(3), device=DEV)
+    out = _run_verify(c, lay, num_splits=2)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND

@@ -107,14 +107,17 @@ def default_tiles(
     pipeliner with a 168-register cap; verify -> with ``fp8_mma`` (Hopper) and word-aligned
     slots the fp8 tensor-core kernel ("q") with the query rows on M, 64-token tiles, keys on
     a 5-stage pipeline, codes fetched a tile ahead, the softmax reference moved on every
-    tile; else 32-token tiles on a 5-stage pipeline. ``words_ok``: the cache strides and slot allow int32 word loads (fp8
+    tile, at most 64 rows per program (query tokens split over programs beyond that); else
+    32-token tiles on a 5-stage pipeline. ``words_ok``: the cache strides and slot allow int32 word loads (fp8
     keys + 4-bit values); head sizes below 128 and other presets ignore ``words``.
     """
     if not key_fp8:
         return TileConfig(32, 4, 2)
     if m_pad > 16:
         if fp8_mma and words_ok and head_dim >= 64:
-            return TileConfig(64, 4, 5, "q", 2, lazy=-1.0, rows_m=True)
+            # more than 64 rows: the query tokens over several programs of at most 64 rows
+            # (128 rows x D = 256 would need 256 accumulator registers per thread)
+            return TileConfig(64, 4, 5, "q", 2, lazy=-1.0, rows_m=True, rsplit=max(1, m_pad // 64))
         return TileConfig(32, 4, 5)
     if programs >= 32:
         if head_dim == 128 and words_ok:
