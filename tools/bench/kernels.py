@@ -83,7 +83,6 @@ def bench(fn) -> float:
 
 
 _FLUSH = []
-FLUSH_MODE = "write"
 
 
 def flush_l2() -> None:
@@ -97,7 +96,7 @@ def flush_l2() -> None:
         _FLUSH.append(torch.empty(256 << 20, dtype=torch.int8, device=DEV))
         _FLUSH.append(torch.ones(64 << 20, dtype=torch.int32, device=DEV))
         _FLUSH.append(torch.empty((), dtype=torch.int64, device=DEV))
-    if (ARGS.flush if ARGS is not None else FLUSH_MODE) == "read":
+    if getattr(ARGS, "flush", "write") == "read":
         torch.sum(_FLUSH[1], dim=0, out=_FLUSH[2])
     else:
         _FLUSH[0].zero_()
@@ -139,6 +138,12 @@ def copy_rate() -> float:
     ms = bench(lambda: y.copy_(x))
     del x, y
     return 2 * n / (ms * 1e-3)
+
+
+def parse_row_spec(spec: str) -> tuple:
+    """'kind,B,context,Hq,Hk,D,query_len' -> a row of ``ROWS``' shape."""
+    kind, *rest = spec.split(",")
+    return (kind, *map(int, rest))
 
 
 def row_inputs(row):
@@ -507,7 +512,7 @@ def main():
     if ARGS.rows:
         rows = [rows[int(i)] for i in ARGS.rows.split(",")]
     if ARGS.row_spec:
-        rows = [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in ARGS.row_spec)]
+        rows = [parse_row_spec(spec) for spec in ARGS.row_spec]
     info["rows"] = []
     for row in rows:
         try:

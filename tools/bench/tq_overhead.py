@@ -51,7 +51,7 @@ def main() -> int:
     print(f"copy rate (read+write) {copy / 1e12:.3f} TB/s", flush=True)
     tiny = torch.zeros(1, device=bench.DEV)
     results = []
-    rows = [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in a.row_spec)]
+    rows = [bench.parse_row_spec(spec) for spec in a.row_spec]
     for row in rows or [bench.ROWS[int(i)] for i in a.rows.split(",")]:
         kind, B, L, Hq, Hk, D, QL = row
         x = bench.row_inputs(row)

@@ -33,9 +33,10 @@ def main() -> int:
     from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant._launch import TileConfig
 
-    kind, B, L, Hq, Hk, D, QL = bench.ROWS[a.row]
+    row = bench.ROWS[a.row]
+    kind, QL = row[0], row[6]
     bench.DEV = "cuda"
-    x = bench.row_inputs(bench.ROWS[a.row])
+    x = bench.row_inputs(row)
     tiles = eval(a.tiles, {"TileConfig": TileConfig}) if a.tiles else None
     for _ in range(a.runs):
         if kind == "decode":

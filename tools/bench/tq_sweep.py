@@ -41,7 +41,7 @@ def main() -> int:
     bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
     results = []
     rows = [bench.ROWS[i] for i in a.row]
-    rows += [(k, *map(int, rest)) for k, *rest in (spec.split(",") for spec in a.row_spec)]
+    rows += [bench.parse_row_spec(spec) for spec in a.row_spec]
     for idx, (kind, B, L, Hq, Hk, D, QL) in enumerate(rows):
         x = bench.row_inputs((kind, B, L, Hq, Hk, D, QL))
         lay, cache, bt, seq_lens, q, out, kt, qsl = x.lay, x.cache, x.bt, x.seq_lens, x.q, x.out, x.kt, x.qsl
