@@ -21,6 +21,7 @@ from vllm_genesis.turboquant import (
     pick_num_splits,
     tq_decode_attention,
     tq_verify_attention,
+    verify_num_splits,
     warmup_verify,
 )
 from vllm_genesis.turboquant._kernel_q import _q_fp8_split
@@ -641,6 +642,48 @@ def test_callers_split_workspace_is_used():
     assert torch.equal(va, vb)
     with pytest.raises(ValueError, match="workspace too small"):
         _run_verify(cv, lay, num_splits=4, workspace=ws)
+
+
+class _Planned(Exception):
+    """Raised by a stand-in for the launcher's workspace allocation, once the plan is known."""
+
+
+def _launch_splits(monkeypatch, launch) -> int:
+    """The split count a launch allocates its split workspace for (the launch itself is cut short)."""
+    from vllm_genesis.turboquant import _launch
+
+    seen = []
+
+    def record(batch, num_kv_heads, num_splits, rows, head_dim, device):
+        seen.append(num_splits)
+        raise _Planned
+
+    monkeypatch.setattr(_launch, "split_workspace", record)
+    with pytest.raises(_Planned):
+        launch()
+    return seen[0]
+
+
+@pytest.mark.parametrize(
+    "B, Hq, Hk, D, QL, blocks",
+    [(1, 24, 4, 256, 6, 2048), (16, 16, 8, 128, 2, 512), (3, 12, 2, 64, 3, 64), (64, 32, 8, 128, 8, 256)],
+)
+def test_verify_num_splits_is_the_launchers_count(monkeypatch, B, Hq, Hk, D, QL, blocks):
+    """P67b sizes its workspace and its CUDA-graph launch with verify_num_splits: it must be the
+    count the launcher picks by itself, from the block table's capacity."""
+    lay = TQLayout.from_preset("turboquant_k8v4", D)
+    kv = torch.zeros(4, 16, Hk, lay.slot_size_aligned, dtype=torch.uint8, device=DEV)
+    bt = torch.zeros(B, blocks, dtype=torch.int32, device=DEV)
+    q = torch.zeros(B * QL, Hq, D, dtype=torch.bfloat16, device=DEV)
+    lens = torch.full((B,), QL + 1, dtype=torch.int32, device=DEV)
+    qsl = torch.arange(0, B * QL + 1, QL, dtype=torch.int32, device=DEV)
+    planned = verify_num_splits(kv, B, Hq, D, QL, blocks * 16, lay)
+    got = _launch_splits(monkeypatch, lambda: tq_verify_attention(q, None, None, kv, bt, lens, qsl, QL, layout=lay))
+    assert got == planned
+    if (B, D, QL) == (16, 128, 2):  # per-warp-state kernel: a quarter of pick_num_splits' count
+        assert planned == max(1, pick_num_splits(B, Hk, blocks * 16) // 4) < pick_num_splits(B, Hk, blocks * 16)
+    with pytest.raises(ValueError, match="query_len"):
+        verify_num_splits(kv, B, Hq, D, 9, blocks * 16, lay)
 
 
 def test_verify_beyond_64_rows_splits_the_query_tokens():

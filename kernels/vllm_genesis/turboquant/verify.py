@@ -78,6 +78,38 @@ def tq_verify_attention(
     )
 
 
+def verify_num_splits(
+    kv_cache: torch.Tensor,
+    batch: int,
+    num_heads: int,
+    head_dim: int,
+    query_len: int,
+    max_context: int,
+    layout: TQLayout | str | None = "turboquant_k8v4",
+) -> int:
+    """The split count ``tq_verify_attention`` picks when ``num_splits`` is unset.
+
+    A function of shapes alone (the batch size, the heads, the query length, the context
+    capacity ``max_context``, the cache's layout and strides, the device), so a caller
+    that preallocates the split workspace or captures a CUDA graph can rely on it; the
+    launcher and ``warmup_verify`` plan with the same rule.
+    """
+    from ._launch import cache_words_ok, fp8_mma_default, launch_plan, num_sms
+
+    _, _, num_kv_heads, _ = kv_cache.shape
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+    if not 1 <= query_len <= MAX_QUERY_LEN:
+        raise ValueError(f"query_len {query_len} outside 1..{MAX_QUERY_LEN}")
+    lay = as_layout(layout, head_dim)
+    dev_index = kv_cache.device.index or 0
+    _, splits = launch_plan(
+        batch, num_kv_heads, head_dim, num_heads // num_kv_heads, query_len, lay.key_fp8, max_context,
+        cache_words_ok(lay, kv_cache), num_sms(dev_index), fp8_mma=fp8_mma_default(dev_index),
+    )
+    return splits
+
+
 def warmup_verify(
     *,
     num_heads: int,
@@ -103,9 +135,9 @@ def warmup_verify(
     server uses: ``max_blocks``, the block table's width (vLLM: ``cdiv(max_model_len,
     block_size)``; it sets the capacity the split count is picked from and the table's
     stride), ``max_num_seqs``, the largest batch (every batch size up to it is planned,
-    each distinct variant launched once), and ``split_cap``, a ceiling some callers put
-    on the split count (P67b under CUDA graphs): the variants with and without it are
-    built. Returns the number of launches.
+    each distinct variant launched once), and ``split_cap``, a ceiling a caller puts on the
+    split count (the launchers' own count, ``verify_num_splits``, needs none): the variants
+    with and without it are built. Returns the number of launches.
     """
     from ._launch import cache_words_ok, combine_chunk, fp8_mma_default, launch_plan, num_sms
     from .decode import tq_decode_attention
@@ -152,4 +184,4 @@ def warmup_verify(
     return launches
 
 
-__all__ = ["MAX_QUERY_LEN", "tq_verify_attention", "warmup_verify", "split_workspace", "next_pow2"]
+__all__ = ["MAX_QUERY_LEN", "tq_verify_attention", "verify_num_splits", "warmup_verify", "split_workspace", "next_pow2"]
