@@ -88,7 +88,8 @@ MODE = sys.argv[1]  # decode | verify | uniform
 STRICT = sys.argv[2:] == ["strict"]
 Hq, Hk, D, bs = 6, 2, 32, 16  # GQA 6
 config = VllmConfig(device_config=DeviceConfig(device="cpu"))
-config.attention_config.tq_max_kv_splits_for_cuda_graph = 2
+# 0.24.0's own decode kernel's fixed split count; P67b must not apply it to its launches
+config.attention_config.tq_max_kv_splits_for_cuda_graph = 1
 with set_current_vllm_config(config):
     impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
                                    num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
@@ -171,8 +172,12 @@ def ref(tail_from_cache):
 def err(r):
     return float((out - r).norm() / r.norm())
 
+from vllm_genesis.turboquant import TQLayout, verify_num_splits
+planned = verify_num_splits(kv, len(seqs), Hq, D, max(qlens), bt_meta.shape[1] * bs,
+                            TQLayout.from_preset("turboquant_k8v4", D))
 print(json.dumps({"calls": calls, "host_reads": host_reads, "nan": bool(torch.isnan(out).any()),
-                  "err_raw_tail": err(ref(False)), "err_cache_tail": err(ref(True))}))
+                  "err_raw_tail": err(ref(False)), "err_cache_tail": err(ref(True)),
+                  "planned_splits": planned}))
 """
 
 
