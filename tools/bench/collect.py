@@ -12,6 +12,7 @@ SECTIONS = [
     ("build", "Build: overlay wheel", "tools/bench/build.py"),
     ("bisect", "Bisect", "tools/bench/bisect_run.py"),
     ("kernels", "Kernels: TurboQuant decode and verify on an H200", "tools/bench/kernels.py"),
+    ("tq_vllm", "Kernels inside vLLM's TurboQuant backend (routing patches) on an H200", "tools/bench/tq_vllm.py"),
 ]
 
 

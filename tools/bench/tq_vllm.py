@@ -15,7 +15,8 @@ call) and, where forward() can be captured, as a CUDA-graph replay with the L2 e
 vLLM's CUDA platform imports compiled extension modules a source tree lacks; those are
 stubbed with empty modules (the paths run here are Triton kernels and PyTorch ops).
 
-    python tools/bench/tq_vllm.py [--tree work] [--rows 0,1,2,3] [--json out.json]
+    python tools/bench/tq_vllm.py [--tree work] [--rows 0,1,2,3] [--json out.json] [--md docs/bench/tq_vllm.md]
+    python tools/bench/tq_vllm.py --render out.json --md docs/bench/tq_vllm.md
 """
 
 from __future__ import annotations
@@ -184,14 +185,14 @@ def build_case(row, dev):
     def forward():
         return impl.forward(layer, q.view(N, -1), k_in.view(N, -1), v_in.view(N, -1), kv, meta, output=out)
 
-    return forward, refs
+    return forward, refs, out
 
 
 def run_row(row, dev, recorder, bench) -> list[dict]:
     import torch
 
     kind, B, L, Hq, Hk, D, QL = row
-    forward, refs = build_case(row, dev)
+    forward, refs, out_buf = build_case(row, dev)
     results = []
     for label, on in CONFIGS[kind]:
         set_switches(on)
@@ -207,15 +208,18 @@ def run_row(row, dev, recorder, bench) -> list[dict]:
             "expected_tail": expect, "err": errs[expect], "err_other_tail": errs["raw" if expect == "cache" else "cache"],
         }
         res["eager_ms"] = bench.bench(forward)
+        out_buf.fill_(float("nan"))  # what the graph's replays write is checked too
         try:
             res["graph_ms"] = bench.bench_graph(forward)
+            replayed = out_buf.view(B * QL, Hq, D).double()
+            res["graph_err"] = float((replayed - refs[expect]).norm() / refs[expect].norm())
         except Exception as exc:  # a path that cannot be captured: report why
             res["graph_ms"] = None
             res["graph_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
             if dev == "cuda":
                 torch.cuda.synchronize()
         results.append(res)
-        graph = "-" if res["graph_ms"] is None else f"{res['graph_ms']:.4f}"
+        graph = "-" if res["graph_ms"] is None else f"{res['graph_ms']:.4f} (err {res['graph_err']:.2e})"
         print(
             f"{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} K+1={QL} | {label:<15} | err {res['err']:.2e} "
             f"(other tail {res['err_other_tail']:.2e}) nan={res['nan']} | eager {res['eager_ms']:.4f} ms | "
@@ -226,6 +230,42 @@ def run_row(row, dev, recorder, bench) -> list[dict]:
     return results
 
 
+def table(results: list[dict], device: str) -> str:
+    """The results as the markdown table of docs/bench/tq_vllm.md."""
+    lines = [
+        f"One run on one {device}:",
+        "",
+        "    python tools/bench/tq_vllm.py --tree <patched tree> --json out.json --md docs/bench/tq_vllm.md",
+        "",
+        "`forward()` of vLLM 0.24.0's `TurboQuantAttentionImpl` (the patched tree) with the",
+        "switches named, as a CUDA-graph replay with the L2 emptied first (write flush) and",
+        "eagerly (`do_bench`: Python and launches included). Error: relative, against float64",
+        "over the dequantised cache (tail from the raw K/V under PN521), for the eager output and",
+        "for what the graph's replays wrote. x 0.24.0: graph time of the switches-off row over",
+        "this row's.",
+        "",
+        "| row (B, ctx, Hq, Hk, D, K+1) | switches on | launchers forward() called | err (eager / replays) "
+        "| graph ms | x 0.24.0 | eager ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    base = {}
+    for r in results:
+        key = tuple(r["row"])
+        if r["config"] == "0.24.0":
+            base[key] = r["graph_ms"]
+        kind, B, L, Hq, Hk, D, QL = r["row"]
+        speed = "-" if not (r["graph_ms"] and base.get(key)) else f"{base[key] / r['graph_ms']:.1f}x"
+        graph = "-" if r["graph_ms"] is None else f"{r['graph_ms']:.4f}"
+        graph_err = "-" if r.get("graph_err") is None else f"{r['graph_err']:.2e}"
+        calls = ", ".join(f"{name} x{n}" for name, n in r["calls"].items())
+        switches = "none (0.24.0)" if r["config"] == "0.24.0" else r["config"]
+        lines.append(
+            f"| {kind} {B}, {L // 1024}K, {Hq}, {Hk}, {D}, {QL} | {switches} | {calls} | "
+            f"{r['err']:.2e} / {graph_err} | {graph} | {speed} | {r['eager_ms']:.4f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", default=str(REPO / "work"), help="the patched vLLM tree")
@@ -233,9 +273,16 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="small rows (for a CPU run under TRITON_INTERPRET=1)")
     ap.add_argument("--flush", choices=("write", "read"), default="write")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--md", default=None, help="also write the results as a markdown table")
+    ap.add_argument("--render", default=None, help="only write --md from a JSON file of an earlier run")
     a = ap.parse_args()
+    if a.render:
+        saved = json.loads(Path(a.render).read_text())
+        Path(a.md).write_text(table(saved["results"], saved["device"]))
+        return 0
     import_tree(Path(a.tree).resolve())
     import torch
+    import triton
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     import kernels as bench  # tools/bench/kernels.py
@@ -250,14 +297,18 @@ def main() -> int:
     rows = TINY_ROWS if a.tiny else ROWS
     if a.rows:
         rows = [rows[int(i)] for i in a.rows.split(",")]
-    if dev == "cuda":
-        print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}", flush=True)
+    device = torch.cuda.get_device_name() if dev == "cuda" else "CPU (Triton interpreter)"
+    device += f"; torch {torch.__version__}, Triton {triton.__version__}"
+    print(f"device: {device}", flush=True)
     results = [res for row in rows for res in run_row(row, dev, recorder, bench)]
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1))
-    bad = [r for r in results if r["nan"] or r["err"] > 0.02]
+        Path(a.json).write_text(json.dumps({"device": device, "results": results}, indent=1))
+    if a.md:
+        Path(a.md).write_text(table(results, device))
+    bad = [r for r in results if r["nan"] or not r["err"] <= 0.02 or not r.get("graph_err", 0.0) <= 0.02]
     for r in bad:
-        print(f"FAILED check: {r['row']} {r['config']}: err {r['err']:.3g}, nan={r['nan']}")
+        print(f"FAILED check: {r['row']} {r['config']}: err {r['err']:.3g}, after replays "
+              f"{r.get('graph_err')}, nan={r['nan']}")
     return 1 if bad else 0
 
 
