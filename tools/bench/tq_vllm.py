@@ -12,8 +12,10 @@ it: eager (``triton.testing.do_bench``: Python and launches included, L2 emptied
 call) and, where forward() can be captured, as a CUDA-graph replay with the L2 emptied first
 (``kernels.py --flush``).
 
-vLLM's CUDA platform imports compiled extension modules a source tree lacks; those are
-stubbed with empty modules (the paths run here are Triton kernels and PyTorch ops).
+vLLM's Python dependencies must be importable (the test environment `make test` builds
+has them; on a GPU machine without them, wheels of the missing ones). vLLM's CUDA platform
+imports compiled extension modules a source tree lacks; those are stubbed (the paths run
+here are Triton kernels and PyTorch ops; a stubbed flash attention raises if called).
 
     python tools/bench/tq_vllm.py [--tree work] [--rows 0,1,2,3] [--json out.json] [--md docs/bench/tq_vllm.md]
     python tools/bench/tq_vllm.py --render out.json --md docs/bench/tq_vllm.md
