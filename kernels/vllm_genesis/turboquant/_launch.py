@@ -190,6 +190,21 @@ def cache_words_ok(layout: TQLayout, kv_cache: torch.Tensor) -> bool:
     )
 
 
+def cache_plan(
+    kv_cache: torch.Tensor, batch: int, head_dim: int, group: int, query_len: int, layout: TQLayout,
+    max_context: int, *, tiles: TileConfig | None = None, num_splits: int | None = None,
+) -> tuple[TileConfig, int]:
+    """``launch_plan`` for a call on ``kv_cache``, with its KV heads, its word alignment and its
+    device's SM count and fp8 tensor-core default filled in (the launcher, ``verify_num_splits``
+    and ``warmup_verify`` all plan with it)."""
+    dev_index = kv_cache.device.index or 0
+    return launch_plan(
+        batch, kv_cache.shape[2], head_dim, group, query_len, layout.key_fp8, max_context,
+        cache_words_ok(layout, kv_cache), num_sms(dev_index), tiles=tiles, num_splits=num_splits,
+        fp8_mma=fp8_mma_default(dev_index),
+    )
+
+
 def split_workspace(
     batch: int, num_kv_heads: int, num_splits: int, rows: int, head_dim: int, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,8 +265,7 @@ def run_attention(
     if max_context is None:
         max_context = block_table.shape[1] * page
     words_ok = cache_words_ok(layout, kv_cache)
-    tiles, S = launch_plan(batch, Hk, D, G, QL, layout.key_fp8, max_context, words_ok, num_sms(dev_index),
-                           tiles=tiles, num_splits=num_splits, fp8_mma=fp8_mma_default(dev_index))
+    tiles, S = cache_plan(kv_cache, batch, D, G, QL, layout, max_context, tiles=tiles, num_splits=num_splits)
     if dot_bf16 is None:
         dot_bf16 = False  # fp16 products: exact for fp8 keys and bf16 queries of normal range
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._launch import TileConfig, default_scale, run_attention, as_layout, split_workspace
+from ._launch import TileConfig, as_layout, cache_plan, default_scale, run_attention, split_workspace
 from .layout import TQLayout, next_pow2
 
 MAX_QUERY_LEN = 8
@@ -94,20 +94,13 @@ def verify_num_splits(
     that preallocates the split workspace or captures a CUDA graph can rely on it; the
     launcher and ``warmup_verify`` plan with the same rule.
     """
-    from ._launch import cache_words_ok, fp8_mma_default, launch_plan, num_sms
-
-    _, _, num_kv_heads, _ = kv_cache.shape
+    num_kv_heads = kv_cache.shape[2]
     if num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
     if not 1 <= query_len <= MAX_QUERY_LEN:
         raise ValueError(f"query_len {query_len} outside 1..{MAX_QUERY_LEN}")
     lay = as_layout(layout, head_dim)
-    dev_index = kv_cache.device.index or 0
-    _, splits = launch_plan(
-        batch, num_kv_heads, head_dim, num_heads // num_kv_heads, query_len, lay.key_fp8, max_context,
-        cache_words_ok(lay, kv_cache), num_sms(dev_index), fp8_mma=fp8_mma_default(dev_index),
-    )
-    return splits
+    return cache_plan(kv_cache, batch, head_dim, num_heads // num_kv_heads, query_len, lay, max_context)[1]
 
 
 def warmup_verify(
@@ -139,7 +132,7 @@ def warmup_verify(
     split count (the launchers' own count, ``verify_num_splits``, needs none): the variants
     with and without it are built. Returns the number of launches.
     """
-    from ._launch import cache_words_ok, combine_chunk, fp8_mma_default, launch_plan, num_sms
+    from ._launch import combine_chunk
     from .decode import tq_decode_attention
 
     lay = as_layout(layout, head_dim)
@@ -148,18 +141,13 @@ def warmup_verify(
     if not lay.key_fp8:
         centroids = torch.linspace(-1, 1, 2**lay.mse_bits, device=device)
         PiT = torch.eye(head_dim, device=device)
-    words_ok = cache_words_ok(lay, cache)
-    dev_index = torch.device(device).index or 0
-    sms = num_sms(dev_index)
-    fp8_mma = fp8_mma_default(dev_index)
     group = num_heads // num_kv_heads
     capacity = max_blocks * block_size
     launches = 0
     for ql in (0, *query_lens):  # 0: the decode launcher
         chosen: dict[tuple, tuple[int, int]] = {}
         for batch in range(1, max(1, max_num_seqs) + 1):
-            tiles, splits = launch_plan(batch, num_kv_heads, head_dim, group, max(ql, 1), lay.key_fp8, capacity,
-                                        words_ok, sms, fp8_mma=fp8_mma)
+            tiles, splits = cache_plan(cache, batch, head_dim, group, max(ql, 1), lay, capacity)
             for count in {splits, max(1, min(splits, split_cap or splits))}:
                 chosen.setdefault((tiles, combine_chunk(count)), (batch, count))
         for batch, splits in chosen.values():
