@@ -7,7 +7,9 @@ wrapped to record each launch, then call the real kernels.
 
 Modes: ``decode`` (three one-token requests), ``verify`` (3, 6 and 1 new tokens) and
 ``uniform`` (4 new tokens each, a FULL-graph spec-verify batch; run twice, the second
-time with shorter contexts, to compare the launches). ``strict`` replaces the
+time with shorter contexts, to compare the launches). A ``turboquant_*`` option picks the
+cache preset (default k8v4); ``err_dequant_*`` compare with float64 over the cache as
+stored (the layer's rotation and centroids), with the tail from the cache or the raw K/V. ``strict`` replaces the
 metadata's CPU copies with an object that fails when read, and records host reads of
 tensors (tolist, item, bool, int, float) made by forward() outside the kernel launchers.
 """
@@ -85,21 +87,22 @@ if hasattr(tqa, "genesis_tq_verify"):
     tqa.genesis_tq_verify = rec_gv
 
 MODE = sys.argv[1]  # decode | verify | uniform
-STRICT = sys.argv[2:] == ["strict"]
+STRICT = "strict" in sys.argv[2:]
+PRESET = next((a for a in sys.argv[2:] if a.startswith("turboquant_")), "turboquant_k8v4")
 Hq, Hk, D, bs = 6, 2, 32, 16  # GQA 6
 config = VllmConfig(device_config=DeviceConfig(device="cpu"))
 # 0.24.0's own decode kernel's fixed split count; P67b must not apply it to its launches
 config.attention_config.tq_max_kv_splits_for_cuda_graph = 1
 with set_current_vllm_config(config):
     impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
-                                   num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
+                                   num_kv_heads=Hk, kv_cache_dtype=PRESET)
 
 g = torch.Generator().manual_seed(0)
 seqs = [21, 40, 9]
 qlens = {"decode": [1, 1, 1], "verify": [3, 6, 1], "uniform": [4, 4, 4]}[MODE]
 nb = 4
 kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
-    len(seqs) * nb + 1, bs, Hk, D, "turboquant_k8v4"), dtype=torch.uint8)
+    len(seqs) * nb + 1, bs, Hk, D, PRESET), dtype=torch.uint8)
 perm = torch.randperm(len(seqs) * nb, generator=g)
 bt = perm.view(len(seqs), nb).to(torch.int32)
 layer = torch.nn.Module()
@@ -173,10 +176,19 @@ def err(r):
     return float((out - r).norm() / r.norm())
 
 from vllm_genesis.turboquant import TQLayout, verify_num_splits
-planned = verify_num_splits(kv, len(seqs), Hq, D, max(qlens), bt_meta.shape[1] * bs,
-                            TQLayout.from_preset("turboquant_k8v4", D))
+from vllm_genesis.turboquant.reference import reference_attention
+lay = TQLayout.from_preset(PRESET, D)
+planned = verify_num_splits(kv, len(seqs), Hq, D, max(qlens), bt_meta.shape[1] * bs, lay)
+
+def ref_dequant(**tail):  # float64 over the cache as stored (the layer's rotation and centroids)
+    return reference_attention(q, kv, bt, torch.tensor(seqs, dtype=torch.int32), lay, D ** -0.5,
+                               query_start_loc=qsl, Pi=getattr(layer, "_tq_Pi", None),
+                               centroids=getattr(layer, "_tq_centroids", None), **tail)
+
 print(json.dumps({"calls": calls, "host_reads": host_reads, "nan": bool(torch.isnan(out).any()),
                   "err_raw_tail": err(ref(False)), "err_cache_tail": err(ref(True)),
+                  "err_dequant_cache_tail": err(ref_dequant()),
+                  "err_dequant_raw_tail": err(ref_dequant(key=torch.cat(tails_k), value=torch.cat(tails_v))),
                   "planned_splits": planned}))
 """
 

@@ -25,3 +25,22 @@ def test_off_decode_uses_upstream_kernel(switch):
     assert res["calls"]["upstream"] == [3]
     assert res["calls"]["genesis_decode"] == []
     assert res["err_cache_tail"] < 0.1
+
+
+def test_fixed_decode_mse_preset_uses_grouped_kernel(switch):
+    """Another preset (4-bit MSE keys, Hadamard-rotated, norm-corrected centroids): the
+    grouped kernel takes the layer's own rotation and centroids and matches float64 over
+    the cache as stored."""
+    switch("P40", True)
+    res = run("decode", "turboquant_4bit_nc")
+    assert res["calls"]["genesis_decode"] == [3]
+    assert res["calls"]["upstream"] == []
+    assert not res["nan"]
+    assert res["err_dequant_cache_tail"] < 1e-2
+
+
+def test_off_decode_mse_preset_matches_the_same_reference(switch):
+    switch("P40", False)
+    res = run("decode", "turboquant_4bit_nc")
+    assert res["calls"]["upstream"] == [3]
+    assert res["err_dequant_cache_tail"] < 1e-2  # 0.24.0's kernel agrees with the reference

@@ -28,3 +28,14 @@ def test_off_per_request_decode_launches(switch):
     assert res["calls"]["upstream"] == [3, 6, 1]
     assert res["calls"]["genesis_verify"] == []
     assert res["err_cache_tail"] < 0.1
+
+
+def test_fixed_mse_preset_verify_batch_in_one_launch(switch):
+    """3-bit MSE keys and 3-bit values through the multi-query kernel: float64 over the cache
+    as stored (the layer's rotation and centroids), the tail from the cache as on 0.24.0."""
+    switch("P67", True)
+    res = run("verify", "turboquant_3bit_nc")
+    assert res["calls"]["genesis_verify"] == [{"tokens": 10, "raw_tail": False}]
+    assert res["calls"]["upstream"] == []
+    assert not res["nan"]
+    assert res["err_dequant_cache_tail"] < 1e-2

@@ -28,3 +28,16 @@ def test_off_tail_from_cache(switch):
     assert res["calls"]["genesis_verify"] in ([], [{"tokens": 10, "raw_tail": False}])
     assert res["err_cache_tail"] < 0.1
     assert res["err_raw_tail"] > 0.3
+
+
+def test_fixed_mse_preset_verify_tail_from_raw_kv(switch):
+    """3-bit MSE keys and 3-bit values: one multi-query launch, the tail from the raw K/V,
+    float64 over the cache as stored (the layer's rotation and centroids) for the prefix."""
+    switch("P67", True)
+    switch("PN521", True)
+    res = run("verify", "turboquant_3bit_nc")
+    assert res["calls"]["genesis_verify"] == [{"tokens": 10, "raw_tail": True}]
+    assert res["calls"]["upstream"] == []
+    assert not res["nan"]
+    assert res["err_dequant_raw_tail"] < 1e-2
+    assert res["err_dequant_cache_tail"] > 0.3
