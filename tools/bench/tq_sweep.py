@@ -9,6 +9,8 @@ configuration is always timed first, as the anchor of the run.
     python tools/bench/tq_sweep.py --row 1 --tiles 'T(64, 4, 5, "q", 2)' --tiles 'T(64, 4, 5, "q", 2, key2d=True)@96'
 
 A variant is a TileConfig expression (``T`` = TileConfig), optionally ``@S`` for a split count.
+``--preset`` picks another cache preset than k8v4 for every row (its cache then comes from
+``reference.random_case``, quantised on the CPU: slower to build).
 """
 
 from __future__ import annotations
@@ -31,38 +33,53 @@ def main() -> int:
     ap.add_argument("--row-spec", action="append", default=[], help="a row 'kind,B,context,Hq,Hk,D,query_len'")
     ap.add_argument("--tiles", action="append", default=[])
     ap.add_argument("--flush", choices=("write", "read"), default="read")
+    ap.add_argument("--preset", default="turboquant_k8v4", help="cache preset of every row")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
-    from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
+    from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant._launch import TileConfig
-    from vllm_genesis.turboquant.reference import reference_attention, rel_err
+    from vllm_genesis.turboquant.reference import random_case, reference_attention, rel_err
 
     bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
     results = []
     rows = [bench.ROWS[i] for i in a.row]
     rows += [bench.parse_row_spec(spec) for spec in a.row_spec]
     for idx, (kind, B, L, Hq, Hk, D, QL) in enumerate(rows):
-        x = bench.row_inputs((kind, B, L, Hq, Hk, D, QL))
-        lay, cache, bt, seq_lens, q, out, kt, qsl = x.lay, x.cache, x.bt, x.seq_lens, x.q, x.out, x.kt, x.qsl
-        scale = D**-0.5
-        if kind == "decode":
-            ref = reference_attention(q, cache, bt, seq_lens, lay, scale)
+        mse = {}  # MSE key presets: the store's rotation and centroids
+        if a.preset == "turboquant_k8v4":
+            x = bench.row_inputs((kind, B, L, Hq, Hk, D, QL))
+            lay, cache, bt, seq_lens, q, out, kt, qsl = x.lay, x.cache, x.bt, x.seq_lens, x.q, x.out, x.kt, x.qsl
+            vt = kt
         else:
-            ref = reference_attention(q, cache, bt, seq_lens, lay, scale, query_start_loc=qsl, key=kt, value=kt)
+            lay = TQLayout.from_preset(a.preset, D)
+            c = random_case(seq_lens=[L] * B, query_lens=None if kind == "decode" else [QL] * B, num_heads=Hq,
+                            num_kv_heads=Hk, head_dim=D, block_size=bench.BLOCK_SIZE, layout=lay, device=bench.DEV)
+            cache, bt, seq_lens, q, qsl = c["kv_cache"], c["block_table"], c["seq_lens"], c["query"], c["query_start_loc"]
+            kt, vt, out = c["key"], c["value"], torch.empty_like(c["query"])
+            if c["PiT"] is not None:
+                mse = dict(PiT=c["PiT"], centroids=c["centroids"])
+        scale = D**-0.5
+        ref_mse = {} if not mse else dict(Pi=mse["PiT"].t(), centroids=mse["centroids"])
+        if kind == "decode":
+            ref = reference_attention(q, cache, bt, seq_lens, lay, scale, **ref_mse)
+        else:
+            ref = reference_attention(q, cache, bt, seq_lens, lay, scale, query_start_loc=qsl, key=kt, value=vt,
+                                      **ref_mse)
 
         def call(tiles, splits, o):
             if kind == "decode":
-                return tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=o, tiles=tiles, num_splits=splits)
-            return tq_verify_attention(q, kt, kt, cache, bt, seq_lens, qsl, QL, layout=lay, out=o, tiles=tiles,
-                                       num_splits=splits)
+                return tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=o, tiles=tiles, num_splits=splits,
+                                           **mse)
+            return tq_verify_attention(q, kt, vt, cache, bt, seq_lens, qsl, QL, layout=lay, out=o, tiles=tiles,
+                                       num_splits=splits, **mse)
 
-        print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL}", flush=True)
+        print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL} {a.preset}", flush=True)
         for spec in ["default"] + a.tiles:
             expr, _, s = spec.partition("@")
             tiles = None if expr == "default" else eval(expr, {"T": TileConfig, "TileConfig": TileConfig})
             splits = int(s) if s else None
-            line = dict(row=[kind, B, L, Hq, Hk, D, QL], variant=spec)
+            line = dict(row=[kind, B, L, Hq, Hk, D, QL], preset=a.preset, variant=spec)
             try:
                 o = torch.full_like(q, float("nan"))
                 call(tiles, splits, o)

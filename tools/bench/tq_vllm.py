@@ -33,14 +33,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# (kind, B, context incl. the query tokens, Hq, Hk, D, query tokens per request)
+# (kind, B, context incl. the query tokens, Hq, Hk, D, query tokens per request, cache preset)
+K8V4 = "turboquant_k8v4"
 ROWS = [
-    ("decode", 1, 32768, 24, 4, 256, 1),
-    ("decode", 8, 32768, 32, 8, 128, 1),
-    ("verify", 1, 32768, 24, 4, 256, 6),
-    ("verify", 8, 8192, 32, 8, 128, 4),
+    ("decode", 1, 32768, 24, 4, 256, 1, K8V4),
+    ("decode", 8, 32768, 32, 8, 128, 1, K8V4),
+    ("verify", 1, 32768, 24, 4, 256, 6, K8V4),
+    ("verify", 8, 8192, 32, 8, 128, 4, K8V4),
+    ("decode", 1, 32768, 24, 4, 256, 1, "turboquant_4bit_nc"),
+    ("verify", 1, 32768, 24, 4, 256, 6, "turboquant_3bit_nc"),
 ]
-TINY_ROWS = [("decode", 3, 40, 6, 2, 64, 1), ("verify", 3, 40, 6, 2, 64, 4)]
+TINY_ROWS = [("decode", 3, 40, 6, 2, 64, 1, K8V4), ("verify", 3, 40, 6, 2, 64, 4, "turboquant_3bit_nc")]
 CONFIGS = {
     "decode": [("0.24.0", ()), ("P40", ("P40",))],
     "verify": [
@@ -141,15 +144,15 @@ def build_case(row, dev):
     from vllm_genesis.turboquant import TQLayout
     from vllm_genesis.turboquant.reference import reference_attention
 
-    kind, B, L, Hq, Hk, D, QL = row
+    kind, B, L, Hq, Hk, D, QL, preset = row
     config = VllmConfig(device_config=DeviceConfig(device=dev))
     with set_current_vllm_config(config):
         impl = tqa.TurboQuantAttentionImpl(
-            num_heads=Hq, head_size=D, scale=D**-0.5, num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4"
+            num_heads=Hq, head_size=D, scale=D**-0.5, num_kv_heads=Hk, kv_cache_dtype=preset
         )
     g = torch.Generator(device=dev).manual_seed(0)
     nb = -(-L // BLOCK_SIZE)
-    shape = tqa.TurboQuantAttentionBackend.get_kv_cache_shape(B * nb + 1, BLOCK_SIZE, Hk, D, "turboquant_k8v4")
+    shape = tqa.TurboQuantAttentionBackend.get_kv_cache_shape(B * nb + 1, BLOCK_SIZE, Hk, D, preset)
     kv = torch.zeros(shape, dtype=torch.uint8, device=dev)
     bt = torch.randperm(B * nb, generator=g, device=dev).view(B, nb).to(torch.int32)
     layer = torch.nn.Module()
@@ -177,15 +180,19 @@ def build_case(row, dev):
         num_decode_tokens=N if kind == "decode" else 0,
         query_start_loc_cpu=qsl.cpu(), seq_lens_cpu=seq_lens.cpu(),
     )
-    lay = TQLayout.from_preset("turboquant_k8v4", D)
-    refs = {
-        "cache": reference_attention(q, kv, bt, seq_lens, lay, D**-0.5, query_start_loc=qsl),
-        "raw": reference_attention(q, kv, bt, seq_lens, lay, D**-0.5, query_start_loc=qsl, key=k_in, value=v_in),
-    }
     out = torch.empty(N, Hq * D, dtype=torch.bfloat16, device=dev)
 
     def forward():
         return impl.forward(layer, q.view(N, -1), k_in.view(N, -1), v_in.view(N, -1), kv, meta, output=out)
+
+    forward()  # the layer's rotation and centroids (MSE presets) are set on first use
+    lay = TQLayout.from_preset(preset, D)
+    store = dict(Pi=getattr(layer, "_tq_Pi", None), centroids=getattr(layer, "_tq_centroids", None))
+    refs = {
+        "cache": reference_attention(q, kv, bt, seq_lens, lay, D**-0.5, query_start_loc=qsl, **store),
+        "raw": reference_attention(q, kv, bt, seq_lens, lay, D**-0.5, query_start_loc=qsl, key=k_in, value=v_in,
+                                   **store),
+    }
 
     return forward, refs, out
 
@@ -193,7 +200,7 @@ def build_case(row, dev):
 def run_row(row, dev, recorder, bench) -> list[dict]:
     import torch
 
-    kind, B, L, Hq, Hk, D, QL = row
+    kind, B, L, Hq, Hk, D, QL, preset = row
     forward, refs, out_buf = build_case(row, dev)
     results = []
     for label, on in CONFIGS[kind]:
@@ -223,7 +230,7 @@ def run_row(row, dev, recorder, bench) -> list[dict]:
         results.append(res)
         graph = "-" if res["graph_ms"] is None else f"{res['graph_ms']:.4f} (err {res['graph_err']:.2e})"
         print(
-            f"{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} K+1={QL} | {label:<15} | err {res['err']:.2e} "
+            f"{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} K+1={QL} {preset} | {label:<15} | err {res['err']:.2e} "
             f"(other tail {res['err_other_tail']:.2e}) nan={res['nan']} | eager {res['eager_ms']:.4f} ms | "
             f"graph {graph} ms | {calls} {res.get('graph_error', '')}",
             flush=True,
@@ -246,7 +253,7 @@ def table(results: list[dict], device: str) -> str:
         "for what the graph's replays wrote. x 0.24.0: graph time of the switches-off row over",
         "this row's.",
         "",
-        "| row (B, ctx, Hq, Hk, D, K+1) | switches on | launchers forward() called | err (eager / replays) "
+        "| row (B, ctx, Hq, Hk, D, K+1; preset if not k8v4) | switches on | launchers forward() called | err (eager / replays) "
         "| graph ms | x 0.24.0 | eager ms |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
@@ -255,14 +262,14 @@ def table(results: list[dict], device: str) -> str:
         key = tuple(r["row"])
         if r["config"] == "0.24.0":
             base[key] = r["graph_ms"]
-        kind, B, L, Hq, Hk, D, QL = r["row"]
+        kind, B, L, Hq, Hk, D, QL, preset = r["row"]
         speed = "-" if not (r["graph_ms"] and base.get(key)) else f"{base[key] / r['graph_ms']:.1f}x"
         graph = "-" if r["graph_ms"] is None else f"{r['graph_ms']:.4f}"
         graph_err = "-" if r.get("graph_err") is None else f"{r['graph_err']:.2e}"
         calls = ", ".join(f"{name} x{n}" for name, n in r["calls"].items())
         switches = "none (0.24.0)" if r["config"] == "0.24.0" else r["config"]
         lines.append(
-            f"| {kind} {B}, {L // 1024}K, {Hq}, {Hk}, {D}, {QL} | {switches} | {calls} | "
+            f"| {kind} {B}, {f'{L // 1024}K' if L % 1024 == 0 else L}, {Hq}, {Hk}, {D}, {QL}{'' if preset == K8V4 else ', ' + preset} | {switches} | {calls} | "
             f"{r['err']:.2e} / {graph_err} | {graph} | {speed} | {r['eager_ms']:.4f} |"
         )
     return "\n".join(lines) + "\n"
