@@ -235,15 +235,15 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
     assert rel_err(out, _ref(cv, lay, verify=True, raw_tail=False)) < DEQ_BOUND
 
 
-def test_default_tiles_for_mse_keys_are_hand_pipelined():
-    """MSE-key presets take the byte path hand-pipelined one tile ahead (not Triton's
-    pipeliner, which waited for every step's own loads): decode 32-token tiles (4 warps for
-    few pairs, 2 for many), verify 16-token tiles for few pairs, 64 for many."""
+def test_default_tiles_for_mse_keys_use_one_stage():
+    """MSE-key presets take the byte path with one stage (not Triton's pipeliner, which
+    waited for every step's own copies): decode 32-token tiles (4 warps for few pairs, 2 for
+    many), verify 16-token tiles for few pairs, 64 for many."""
     from vllm_genesis.turboquant._launch import default_tiles, launch_plan
 
     for m_pad, pairs, want in [(16, 4, (32, 4)), (16, 64, (32, 2)), (64, 4, (16, 4)), (64, 64, (64, 4))]:
         t = default_tiles(256, m_pad, False, pairs, 32768, False)
-        assert (t.kernel, bool(t.prefetch), t.num_stages, (t.block_n, t.num_warps)) == ("n", True, 1, want)
+        assert (t.kernel, t.num_stages, (t.block_n, t.num_warps)) == ("n", 1, want)
     assert launch_plan(1, 4, 256, 6, 6, False, 32768, False, 132)[0] == default_tiles(256, 64, False, 4, 32768, False)
 
 

@@ -225,6 +225,14 @@ def _tq_split_kernel(
     dd = tl.arange(0, D)
     q_ptrs = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh + dd[None, :]
     q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
+    # 4-bit MSE keys: each index byte is read once and split into its two nibbles (indices
+    # 2j and 2j + 1), scored against the query's even and odd columns
+    KSPLIT: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 4)
+    if KSPLIT:
+        q_ev_ptrs = (QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
+                     + 2 * tl.arange(0, D // 2)[None, :])
+        q_ev = tl.load(q_ev_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
+        q_od = tl.load(q_ev_ptrs + 1, mask=row_ok[:, None], other=0.0).to(dot_t)
 
     m_i = tl.full([M_PAD], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([M_PAD], dtype=tl.float32)
@@ -536,6 +544,16 @@ def _tq_split_kernel(
             else:
                 k = kb.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(dot_t)
             s = tl.dot(q, tl.trans(k)) * qk_scale
+        elif KSPLIT:
+            kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
+            c_lo = tl.load(Cent + (kb & 15))
+            c_hi = tl.load(Cent + (kb >> 4))
+            kn_ptr = (KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))
+            kn = tl.load(kn_ptr).to(tl.float32)
+            if NORM_CORR:
+                kn = kn / tl.sqrt(tl.sum(c_lo * c_lo, 1) + tl.sum(c_hi * c_hi, 1) + 1e-16)
+            s = tl.dot(q_ev, tl.trans(c_lo.to(dot_t)))
+            s = tl.dot(q_od, tl.trans(c_hi.to(dot_t)), s) * (kn * qk_scale)[None, :]
         else:
             kaddr = KV + base[:, None] + k_byte[None, :]
             r0 = tl.load(kaddr).to(tl.int32)

@@ -97,9 +97,9 @@ def default_tiles(
 ) -> TileConfig:
     """Tile shapes per row count (rows = query tokens x group size) and grid size.
 
-    Picked from H200 sweeps (docs/KERNELS.md). MSE-key presets: the byte path hand-pipelined
-    one tile ahead (decode: 32-token tiles, 4 warps for few pairs, 2 for many; verify: 16-token
-    tiles for few pairs, 64 for many). fp8 keys: few (sequence, KV head) pairs -> 64-token
+    Picked from H200 sweeps (docs/KERNELS.md). MSE-key presets: the byte path with one stage
+    (no software pipelining; decode: 32-token tiles, 4 warps for few pairs, 2 for many;
+    verify: 16-token tiles for few pairs, 64 for many). fp8 keys: few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
     at D = 128 and at most 16 rows (decode; verify with K+1 x group <= 16) -> the
     per-warp-state kernel ("w"), 2 warps x 16 tokens, on
@@ -114,11 +114,12 @@ def default_tiles(
     keys + 4-bit values); head sizes below 128 and other presets ignore ``words``.
     """
     if not key_fp8:
-        # MSE keys (byte path, centroid gathers): hand-pipelined one tile ahead; on Triton's
-        # pipeliner every step waited for its own loads (H200: 2.4-4x slower)
+        # MSE keys (byte path, centroid gathers): one stage, plain loads; with Triton's
+        # pipeliner (2+ stages) every step waited for the copies it had just issued (H200:
+        # 2.4-4x slower)
         if m_pad > 16:
-            return TileConfig(16 if programs < 32 else 64, 4, 1, "n", True)
-        return TileConfig(32, 4 if programs < 32 else 2, 1, "n", True)
+            return TileConfig(16 if programs < 32 else 64, 4, 1)
+        return TileConfig(32, 4 if programs < 32 else 2, 1)
     if m_pad > 16:
         if fp8_mma and words_ok and head_dim >= 64:
             # more than 64 rows: the query tokens over several programs of at most 64 rows
