@@ -408,6 +408,21 @@ def test_decode_other_presets(preset):
     assert rel_err(out, _ref(c, lay, raw=True)) < RAW_BOUND[preset]
 
 
+@pytest.mark.parametrize("head_dim", [16, 32])
+def test_mse_keys_at_small_head_sizes(head_dim):
+    """4-bit MSE keys split their index bytes into nibbles from D = 32 on (each product then
+    has D / 2 >= 16 columns); D = 16 keeps the per-index loads. Both match float64."""
+    lay = TQLayout.from_preset("turboquant_4bit_nc", head_dim)
+    c = random_case(seq_lens=[50, 17], query_lens=[3, 2], num_heads=4, num_kv_heads=2, head_dim=head_dim,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(11), device=DEV)
+    out = _run_verify(c, lay)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+    dec = random_case(seq_lens=[50, 17], num_heads=4, num_kv_heads=2, head_dim=head_dim, block_size=16,
+                      layout=lay, generator=torch.Generator().manual_seed(12), device=DEV)
+    assert rel_err(_run_decode(dec, lay), _ref(dec, lay)) < DEQ_BOUND
+
+
 def test_decode_split_count_does_not_change_the_result():
     lay = TQLayout.from_preset("turboquant_k8v4", 64)
     c = random_case(seq_lens=[301, 77], num_heads=12, num_kv_heads=2, head_dim=64, block_size=16,

@@ -226,8 +226,9 @@ def _tq_split_kernel(
     q_ptrs = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh + dd[None, :]
     q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
     # 4-bit MSE keys: each index byte is read once and split into its two nibbles (indices
-    # 2j and 2j + 1), scored against the query's even and odd columns
-    KSPLIT: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 4)
+    # 2j and 2j + 1), scored against the query's even and odd columns (a product needs
+    # D / 2 >= 16)
+    KSPLIT: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 4) and (D >= 32)
     if KSPLIT:
         q_ev_ptrs = (QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
                      + 2 * tl.arange(0, D // 2)[None, :])
