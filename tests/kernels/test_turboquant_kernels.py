@@ -423,6 +423,21 @@ def test_mse_keys_at_small_head_sizes(head_dim):
     assert rel_err(_run_decode(dec, lay), _ref(dec, lay)) < DEQ_BOUND
 
 
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_3bit_nc"])
+def test_3bit_mse_keys_in_24_bit_groups(preset):
+    """3-bit MSE keys from D = 128 on: 8 indices per 3 bytes read as one group and scored in
+    8 products against every eighth query column (decode and verify against float64)."""
+    lay = TQLayout.from_preset(preset, 128)
+    c = random_case(seq_lens=[70, 17], query_lens=[3, 2], num_heads=4, num_kv_heads=2, head_dim=128,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(13), device=DEV)
+    out = _run_verify(c, lay)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+    dec = random_case(seq_lens=[70, 17], num_heads=4, num_kv_heads=2, head_dim=128, block_size=16,
+                      layout=lay, generator=torch.Generator().manual_seed(14), device=DEV)
+    assert rel_err(_run_decode(dec, lay), _ref(dec, lay)) < DEQ_BOUND
+
+
 def test_decode_split_count_does_not_change_the_result():
     lay = TQLayout.from_preset("turboquant_k8v4", 64)
     c = random_case(seq_lens=[301, 77], num_heads=12, num_kv_heads=2, head_dim=64, block_size=16,

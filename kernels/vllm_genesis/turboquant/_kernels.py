@@ -229,9 +229,12 @@ def _tq_split_kernel(
     # 2j and 2j + 1), scored against the query's even and odd columns (a product needs
     # D / 2 >= 16)
     KSPLIT: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 4) and (D >= 32)
+    # 3-bit MSE keys: 8 indices per 3 bytes, read as one 24-bit group and scored in 8 products
+    # against the query's columns j, j + 8, ... (each product needs D / 8 >= 16)
+    K3G: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 3) and (D >= 128)
+    q_row = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
     if KSPLIT:
-        q_ev_ptrs = (QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
-                     + 2 * tl.arange(0, D // 2)[None, :])
+        q_ev_ptrs = q_row + 2 * tl.arange(0, D // 2)[None, :]
         q_ev = tl.load(q_ev_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
         q_od = tl.load(q_ev_ptrs + 1, mask=row_ok[:, None], other=0.0).to(dot_t)
 
@@ -545,6 +548,24 @@ def _tq_split_kernel(
             else:
                 k = kb.to(tl.float8e4nv, bitcast=True).to(tl.float16).to(dot_t)
             s = tl.dot(q, tl.trans(k)) * qk_scale
+        elif K3G:
+            dg = tl.arange(0, D // 8)
+            kaddr = KV + base[:, None] + 3 * dg[None, :]
+            w = tl.load(kaddr).to(tl.int32)
+            w = w | (tl.load(kaddr + 1).to(tl.int32) << 8) | (tl.load(kaddr + 2).to(tl.int32) << 16)
+            kn_ptr = (KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))
+            kn = tl.load(kn_ptr).to(tl.float32)
+            s = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+            csq = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for j in tl.static_range(8):
+                cj = tl.load(Cent + ((w >> (3 * j)) & 7))
+                if NORM_CORR:
+                    csq += tl.sum(cj * cj, 1)
+                qj = tl.load(q_row + (8 * dg + j)[None, :], mask=row_ok[:, None], other=0.0).to(dot_t)
+                s = tl.dot(qj, tl.trans(cj.to(dot_t)), s)
+            if NORM_CORR:
+                kn = kn / tl.sqrt(csq + 1e-16)
+            s = s * (kn * qk_scale)[None, :]
         elif KSPLIT:
             kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
             c_lo = tl.load(Cent + (kb & 15))
