@@ -223,8 +223,8 @@ def _tq_split_kernel(
     row_last = prefix + qi  # last visible position of each row (causal)
 
     dd = tl.arange(0, D)
-    q_ptrs = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh + dd[None, :]
-    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
+    q_row = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
+    q = tl.load(q_row + dd[None, :], mask=row_ok[:, None], other=0.0).to(dot_t)
     # 4-bit MSE keys: each index byte is read once and split into its two nibbles (indices
     # 2j and 2j + 1), scored against the query's even and odd columns (a product needs
     # D / 2 >= 16)
@@ -232,7 +232,6 @@ def _tq_split_kernel(
     # 3-bit MSE keys: 8 indices per 3 bytes, read as one 24-bit group and scored in 8 products
     # against the query's columns j, j + 8, ... (each product needs D / 8 >= 16)
     K3G: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 3) and (D >= 128)
-    q_row = QR + (q0 + qi).to(tl.int64)[:, None] * stride_qt + (hk * G + g)[:, None] * stride_qh
     if KSPLIT:
         q_ev_ptrs = q_row + 2 * tl.arange(0, D // 2)[None, :]
         q_ev = tl.load(q_ev_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
@@ -541,6 +540,8 @@ def _tq_split_kernel(
         base = tl.multiple_of(base, ALIGN)
 
         # ---- keys -> scores [M_PAD, BLOCK_N]
+        if not KEY_FP8:  # MSE keys: the key norm follows the indices
+            kn = tl.load((KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))).to(tl.float32)
         if KEY_FP8:
             kb = tl.load(KV + base[:, None] + dd[None, :])
             if FP8_E4B15:
@@ -553,8 +554,6 @@ def _tq_split_kernel(
             kaddr = KV + base[:, None] + 3 * dg[None, :]
             w = tl.load(kaddr).to(tl.int32)
             w = w | (tl.load(kaddr + 1).to(tl.int32) << 8) | (tl.load(kaddr + 2).to(tl.int32) << 16)
-            kn_ptr = (KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))
-            kn = tl.load(kn_ptr).to(tl.float32)
             s = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
             csq = tl.zeros([BLOCK_N], dtype=tl.float32)
             for j in tl.static_range(8):
@@ -570,8 +569,6 @@ def _tq_split_kernel(
             kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
             c_lo = tl.load(Cent + (kb & 15))
             c_hi = tl.load(Cent + (kb >> 4))
-            kn_ptr = (KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))
-            kn = tl.load(kn_ptr).to(tl.float32)
             if NORM_CORR:
                 kn = kn / tl.sqrt(tl.sum(c_lo * c_lo, 1) + tl.sum(c_hi * c_hi, 1) + 1e-16)
             s = tl.dot(q_ev, tl.trans(c_lo.to(dot_t)))
@@ -582,8 +579,6 @@ def _tq_split_kernel(
             r1 = tl.load(kaddr + 1).to(tl.int32)
             kidx = ((r0 | (r1 << 8)) >> k_shift[None, :]) & ((1 << MSE_BITS) - 1)
             c = tl.load(Cent + kidx)
-            kn_ptr = (KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))
-            kn = tl.load(kn_ptr).to(tl.float32)
             if NORM_CORR:
                 kn = kn / tl.sqrt(tl.sum(c * c, 1) + 1e-16)
             s = tl.dot(q, tl.trans(c.to(dot_t))) * (kn * qk_scale)[None, :]
