@@ -56,9 +56,12 @@ def checkout(ws: Workspace) -> CheckoutResult:
         (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
     commit, files = import_pin(ws, pin)
     if ws.repo.head() is None:
+        # the files first, HEAD last: a checkout killed before HEAD names the commit is redone
+        # in full by the next run (one killed after HEAD was set but before the files were
+        # written left a tree that looked changed)
+        ws.repo.checkout_fresh(commit)
         ws.repo.update_ref(BRANCH, commit)
         ws.repo.set_head(BRANCH)
-        ws.repo.checkout_fresh(commit)
         if files >= SETTLE_FROM:
             ws.repo.settle_index()
     return CheckoutResult(pin.describe(), commit, files, created, time.monotonic() - start)
