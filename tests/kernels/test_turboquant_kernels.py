@@ -742,3 +742,97 @@ def test_verify_beyond_64_rows_splits_the_query_tokens():
     out = _run_verify(c, lay, num_splits=2)
     assert not torch.isnan(out).any()
     assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+
+
+# ---------------------------------------------------------------- kernel "g" (Gluon, opt-in)
+
+
+_GLUON_BUILD = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from vllm_genesis.turboquant import _kernel_g as KG
+
+group = int(sys.argv[1])
+jit = KG._tq_decode_kernel_g
+names = jit.arg_names
+ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "MidO": "*fp32", "MidL": "*fp32"}
+page = int(sys.argv[2])
+consts = dict(HK=4, G=group, D=256, PAGE=page, BLOCK_N=KG.BLOCK_N, ASM=True, SKP=4 * 388, SKH=388,
+              **KG.g_layouts(256, page, group))
+sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
+src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
+                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": KG.NUM_WARPS})
+ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
+print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_store", "ttg.local_load")}
+                 | {"mma": ptx.count("mma.sync.aligned.m16n8k16")}))
+"""
+
+
+@pytest.mark.parametrize("group,page", [(6, 16), (16, 16), (6, 128)])
+def test_gluon_decode_operands_stay_in_registers(group, page):
+    """Kernel "g" builds for sm_90 (Triton's own ptxas; no GPU needed, and outside the
+    interpreter) for pages smaller and larger than its tiles and groups of up to 8 and 16
+    heads; its layout conversions (fp8 key words and 4-bit code words -> tensor-core operands,
+    probabilities -> A operand, the scale/zero words -> the score tile's columns, 8 score rows
+    -> the 16-row tile) are asserted trivial while it is built (no data moves between threads),
+    and the only shared memory it uses is the exchange of the warps' partial score tiles (one
+    store, four loads a tile)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "kernels"), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _GLUON_BUILD, str(group), str(page)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    # the loop runs two tiles a step: per tile the key and code operands, the probabilities and
+    # the scale/zero words; outside it the first (zero) probabilities and the last tile's code
+    # operand; groups of at most 8 heads keep 8 score rows, so per tile 2 more (probabilities
+    # and rescale factors back to the 16-row tile) and 3 more outside (the last rescale factors,
+    # the final sums and zero terms)
+    assert got["ttg.convert_layout"] == (2 * 6 + 5 if group <= 8 else 2 * 4 + 2)
+    assert got["ttg.local_store"] == 2 and got["ttg.local_load"] == 2 * 4
+    assert got["mma"] == 2 * 64 + 32  # 32 score and 32 value products a tile, the last values
+
+
+def test_gluon_kernel_request_falls_back_where_it_cannot_run():
+    """``TileConfig(kernel="g")`` where kernel "g" cannot run (here: the interpreter, or on a
+    GPU a verify batch and D = 128) gives the Triton kernels' result."""
+    c, lay, keep, ref = _decode_case(24, 4, 16, 256, 7)
+    out = _run_decode(c, lay, tiles=TileConfig(64, 4, 1, "g"))
+    assert not torch.isnan(out[keep]).any()
+    assert rel_err(out[keep], ref[keep]) < DEQ_BOUND
+    cv = random_case(seq_lens=[77, 130], query_lens=[3, 2], num_heads=16, num_kv_heads=2, head_dim=128,
+                     block_size=16, layout=TQLayout.from_preset("turboquant_k8v4", 128), device=DEV)
+    lay128 = TQLayout.from_preset("turboquant_k8v4", 128)
+    out = _run_verify(cv, lay128, tiles=TileConfig(64, 4, 1, "g"))
+    assert rel_err(out, _ref(cv, lay128, verify=True)) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "seqs,hq,page",
+    [([32775], 24, 16), ([203, 1, 0, 95, 33, 4099], 64, 16), ([4099, 77, 1, 130], 24, 128), ([999, 64], 32, 32)],
+    ids=["32K-gqa6", "B6-gqa16", "pages128", "pages32-gqa8"],
+)
+def test_gluon_decode_on_gpu(seqs, hq, page, monkeypatch):
+    from vllm_genesis.turboquant import _launch
+
+    calls = []
+    real = _launch._launch_g
+    monkeypatch.setattr(_launch, "_launch_g", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=page, layout=lay,
+                    device="cuda")
+    _poison_past_end(c, seqs, page)
+    keep = [i for i, L in enumerate(seqs) if L > 0]
+    out = _run_decode(c, lay, tiles=TileConfig(64, 4, 1, "g"))
+    assert calls, "kernel g was not launched"
+    assert not torch.isnan(out[keep]).any()
+    assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND

@@ -54,7 +54,9 @@ class TileConfig:
     # "n": rows on the MMA's M side; "w": one softmax state per warp, tokens split across
     # warps (fp8 keys + 4-bit values, int32 words, D >= 128; ``words`` 2/4 = PTX conversions,
     # else shifts); "q": fp8 tensor-core scores, tokens (or with ``rows_m`` query rows) on M
-    # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); both fall back to "n" elsewhere
+    # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); "g": the Gluon decode (opt-in,
+    # slower than the default on the H200, docs/KERNELS.md; one query token, fp8 e4m3 keys +
+    # 4-bit values, D = 256, NVIDIA GPUs with e4m3); all fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -212,6 +214,30 @@ def cache_plan(
     )
 
 
+def _g_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok, kv_cache) -> bool:
+    """kernel "g" (Gluon decode): one query token, fp8 e4m3 keys + 4-bit values read as int32
+    words, D = 256, at most 16 heads a group, an NVIDIA GPU with e4m3 conversions, and a cache
+    of power-of-two pages whose int32 word offsets fit in 31 bits."""
+    return (
+        words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 16 and query_len == 1
+        and not raw_tail and kv_cache.numel() < (1 << 33) and kv_cache.shape[1] & (kv_cache.shape[1] - 1) == 0
+    )
+
+
+def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_scale, batch, group, head_dim, page,
+              maxnreg=None):
+    from ._kernel_g import BLOCK_N, NUM_WARPS, _tq_decode_kernel_g, g_layouts
+
+    hk = kv_cache.shape[2]
+    _tq_decode_kernel_g[(num_splits, hk, batch)](
+        qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
+        qr.stride(0), qr.stride(1), kv_cache.stride(0), block_table.stride(0), num_splits, qk_scale,
+        SKP=kv_cache.stride(1), SKH=kv_cache.stride(2),
+        HK=hk, G=group, D=head_dim, PAGE=page, BLOCK_N=BLOCK_N, ASM=True, **g_layouts(head_dim, page, group),
+        num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+    )
+
+
 def split_workspace(
     batch: int, num_kv_heads: int, num_splits: int, rows: int, head_dim: int, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,7 +320,10 @@ def run_attention(
     kern = _tq_split_kernel
     extra = {}
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
-    if tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
+    if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
+        _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg)
+        kern = None
+    elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
         extra["ASM"] = ptx_ok
         extra["SKP"] = kv_cache.stride(1)
@@ -333,47 +362,48 @@ def run_attention(
         if words in (2, 4) and not ptx_ok:
             words -= 1  # PTX only on NVIDIA GPUs with e4m3 conversions
         extra["WORDS"] = words
-    grid = (Hk, S, batch) if extra.get("HEAD_MAJOR") else (S * extra.get("VSPLIT", 1) * extra.get("RSPLIT", 1), Hk, batch)
-    kern[grid](
-        qr,
-        kv_cache,
-        block_table,
-        seq_lens,
-        qstart,
-        centroids,
-        mid_o,
-        mid_l,
-        qr.stride(0),
-        qr.stride(1),
-        kv_cache.stride(0),
-        kv_cache.stride(1),
-        kv_cache.stride(2),
-        block_table.stride(0),
-        S,
-        qk_scale,
-        HK=Hk,
-        G=G,
-        QL=QL,
-        ROWS=ROWS,
-        M_PAD=M_PAD,
-        D=D,
-        PAGE=page,
-        KEY_FP8=layout.key_fp8,
-        MSE_BITS=layout.mse_bits,
-        NORM_CORR=layout.norm_correction,
-        VQB=layout.value_bits,
-        KPS=layout.key_packed_size,
-        VAL_BYTES=layout.value_data_bytes,
-        BLOCK_N=tiles.block_n,
-        ALIGN=align,
-        RAW_TAIL=raw_tail,
-        HAS_QSTART=has_qstart,
-        FP8_E4B15=_fp8_e4b15(dev_index) if layout.key_fp8 else 0,
-        DOT_BF16=dot_bf16,
-        **extra,
-        num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages,
-    )
+    if kern is not None:
+        grid = (Hk, S, batch) if extra.get("HEAD_MAJOR") else (S * extra.get("VSPLIT", 1) * extra.get("RSPLIT", 1), Hk, batch)
+        kern[grid](
+            qr,
+            kv_cache,
+            block_table,
+            seq_lens,
+            qstart,
+            centroids,
+            mid_o,
+            mid_l,
+            qr.stride(0),
+            qr.stride(1),
+            kv_cache.stride(0),
+            kv_cache.stride(1),
+            kv_cache.stride(2),
+            block_table.stride(0),
+            S,
+            qk_scale,
+            HK=Hk,
+            G=G,
+            QL=QL,
+            ROWS=ROWS,
+            M_PAD=M_PAD,
+            D=D,
+            PAGE=page,
+            KEY_FP8=layout.key_fp8,
+            MSE_BITS=layout.mse_bits,
+            NORM_CORR=layout.norm_correction,
+            VQB=layout.value_bits,
+            KPS=layout.key_packed_size,
+            VAL_BYTES=layout.value_data_bytes,
+            BLOCK_N=tiles.block_n,
+            ALIGN=align,
+            RAW_TAIL=raw_tail,
+            HAS_QSTART=has_qstart,
+            FP8_E4B15=_fp8_e4b15(dev_index) if layout.key_fp8 else 0,
+            DOT_BF16=dot_bf16,
+            **extra,
+            num_warps=tiles.num_warps,
+            num_stages=tiles.num_stages,
+        )
     kr = key if raw_tail else query
     vr = value if raw_tail else query
     s_chunk = combine_chunk(S)

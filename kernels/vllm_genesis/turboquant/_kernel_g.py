@@ -1,0 +1,403 @@
+"""Stage 1 of the k8v4 decode written in Gluon (explicit layouts, tensor cores from registers).
+
+One program per (split, KV head, sequence) and 4 warps, as the Triton kernels, but each warp
+owns a quarter of the head dimension instead of a quarter of the tokens:
+
+* scores: warp ``w`` multiplies the query's columns ``w*D/4 ..`` with the same columns of the
+  64-token key tile (``mma.sync``; the fp8 key words are loaded straight into the registers
+  of the operand and widened there); the four partial score tiles are summed across warps
+  through shared memory, so every warp holds the whole tile and runs the softmax itself
+  (8 rows where the group has at most 8 heads: the tensor-core tile's other 8 are padding);
+* values: warp ``w`` accumulates output columns ``w*D/4 ..``; each thread's 8 columns are
+  the 8 codes of one 4-byte word, the codes of two tokens are paired in registers (``prmt``)
+  and turned into fp16 pairs (``lop3`` + one f16x2 op), which are the operand as they are
+  (the columns are written back in cache order at the end).
+
+No operand passes through shared memory (the layout conversions are asserted to move no
+data). The cache is read as [.., pages, rows] tiles: one block-table entry per page, the
+offsets inside a page compile-time constants. The words of the next tile (or two) are
+requested right after a tile's own are used. Decode only (one query token per sequence),
+fp8 e4m3 keys + 4-bit values, D = 256, groups of up to 16 heads, pages of a power of two.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+BLOCK_N = 64
+NUM_WARPS = 4
+# the CTA barrier's name differs between Gluon versions (3.6: thread_barrier, later: barrier)
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+
+def _split_tokens(bases: list, dim: int, rows: int) -> list:
+    """Linear-layout bases of rank r -> rank r + 1: the token dimension ``dim`` becomes
+    (page, row inside the page) with ``rows`` rows (a power of two)."""
+    out = []
+    for v in bases:
+        t = v[dim]
+        out.append(v[:dim] + ([0, t] if t < rows else [t // rows, 0]) + v[dim + 1:])
+    return out
+
+
+def g_layouts(head_dim: int, page: int, group: int = 16, block_n: int = BLOCK_N) -> dict:
+    """The layouts of the kernel's tensors for ``head_dim`` (a quarter of it per warp) and
+    pages of ``page`` tokens (a power of two): the cache is read as [.., pages, rows] tiles, so
+    that a thread's addresses are one block-table entry per page plus constant offsets."""
+    dw = head_dim // 4
+    pr = min(page, block_n)
+    c = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1, 1], instr_shape=[1, 16, 8])
+    warps = [[1, 0, 0], [2, 0, 0]]
+    nb = (block_n // 8).bit_length() - 1  # token bits held in registers above the 8 lanes
+    # key words [4, dw / 4, block_n]: 4 lanes read 16 consecutive bytes of a token, each thread
+    # words l, l + 4, .. of 8 tokens: byte j of word l + 4r is column 16r + 4l + j, which is
+    # where the tensor-core operand (k_width=4) wants it
+    k_reg = [[0, 4, 0], [0, 8, 0]] + [[0, 0, 8 << i] for i in range(nb)]
+    k_lane = [[0, 1, 0], [0, 2, 0], [0, 0, 1], [0, 0, 2], [0, 0, 4]]
+    # value words [4, block_n, 8]: tokens as the mma operand's K, one word per 8 lanes
+    v_reg = [[0, 1, 0]] + [[0, 8 << i, 0] for i in range(nb)]
+    v_lane = [[0, 2, 0], [0, 4, 0], [0, 0, 1], [0, 0, 2], [0, 0, 4]]
+    w4 = [[1, 0, 0, 0], [2, 0, 0, 0]]
+    key = gl.DistributedLinearLayout(_split_tokens(k_reg, 2, pr), _split_tokens(k_lane, 2, pr), w4, [],
+                                     [4, dw // 4, block_n // pr, pr])
+    vword = gl.DistributedLinearLayout(_split_tokens(v_reg, 1, pr), _split_tokens(v_lane, 1, pr), w4, [],
+                                       [4, block_n // pr, pr, 8])
+    # the score tile after the exchange: rows 0..7 only where the group has at most 8 heads
+    # (rows 8..15 of the tensor-core tile are padding then); [rows, block_n], in every warp
+    if group <= 8:
+        rows = 8
+        scores = gl.DistributedLinearLayout([[0, 1]] + [[0, 8 << i] for i in range(nb)],
+                                            [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], [[0, 0], [0, 0]], [],
+                                            [8, block_n])
+    else:
+        rows = 16
+        scores = gl.SliceLayout(0, c)
+    return dict(
+        LSR=scores,
+        R=rows,
+        LC=c,
+        LA4=gl.DotOperandLayout(0, c, 4),
+        LB4=gl.DotOperandLayout(1, c, 4),
+        LA2=gl.DotOperandLayout(0, c, 2),
+        LB2=gl.DotOperandLayout(1, c, 2),
+        LK=key,
+        LV=vword,
+        NP=block_n // pr,
+        PR=pr,
+    )
+
+
+@gluon.jit
+def _idx4(N: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
+    """arange(N) along dimension DIM of a rank-4 tensor of layout L (size 1 elsewhere)."""
+    if DIM == 0:
+        x = gl.arange(0, N, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+        return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 1), 2), 3)
+    elif DIM == 1:
+        x = gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+        return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 2), 3)
+    elif DIM == 2:
+        x = gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L))))
+        return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 1), 3)
+    else:
+        x = gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L))))
+        return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 1), 2)
+
+
+@gluon.jit
+def _page_words(bt_row, n0, pg, last_page, ok, PAGE: gl.constexpr, wkb, SKP: gl.constexpr):
+    """int32 word offsets of the pages ``pg`` of the tile at token n0 (pages past the last:
+    the last one; where not ``ok``: block 0), plus the tile's first row in its page."""
+    blk = gl.load(bt_row + gl.minimum(n0 // PAGE + pg, last_page), mask=ok, other=0)
+    return blk * wkb + (n0 % PAGE) * (SKP // 4)
+
+
+@gluon.jit
+def _idx3(N: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
+    """arange(N) along dimension DIM of a rank-3 tensor of layout L (size 1 elsewhere)."""
+    if DIM == 0:
+        x = gl.arange(0, N, layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
+        return gl.expand_dims(gl.expand_dims(x, 1), 2)
+    elif DIM == 1:
+        x = gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))
+        return gl.expand_dims(gl.expand_dims(x, 0), 2)
+    else:
+        x = gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(0, L)))
+        return gl.expand_dims(gl.expand_dims(x, 0), 0)
+
+
+@gluon.jit
+def _score_rows(t, R: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The warps' partial score tiles [4, 16, BLOCK_N] -> [4 R, BLOCK_N] (rows 0..R-1 of each)."""
+    if R == 16:
+        return gl.reshape(t, [64, BLOCK_N])
+    else:
+        lo, hi = gl.split(gl.permute(gl.reshape(t, [4, 2, 8, BLOCK_N]), (0, 2, 3, 1)))
+        return gl.reshape(lo, [32, BLOCK_N])
+
+
+@gluon.jit
+def _to16(x, fill, R: gl.constexpr, L16: gl.constexpr):
+    """[R, ...] rows -> the 16 rows of the tensor-core tile (rows R.. = ``fill``), layout L16."""
+    if R == 16:
+        return x
+    else:
+        y = gl.join(x, gl.full_like(x, fill))
+        if len(x.shape) == 1:
+            y = gl.reshape(gl.permute(y, (1, 0)), [16])
+        else:
+            y = gl.reshape(gl.permute(y, (2, 0, 1)), [16, x.shape[1]])
+        return gl.convert_layout(y, L16, assert_trivial=True)
+
+
+@gluon.jit
+def _fp8_f16(w):
+    """Words of 4 fp8 e4m3 bytes -> 4 tensors of fp16 (byte 0..3 of each word)."""
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 l, h;
+        .reg .b32 a, c;
+        mov.b32 {l, h}, $4;
+        cvt.rn.f16x2.e4m3x2 a, l;
+        cvt.rn.f16x2.e4m3x2 c, h;
+        mov.b32 {$0, $1}, a;
+        mov.b32 {$2, $3}, c;
+        }""",
+        constraints="=h,=h,=h,=h,r",
+        args=[w],
+        dtype=(gl.float16,) * 4,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _codes_f16(w, ASM: gl.constexpr):
+    """Code words of two tokens (consecutive elements) -> 8 tensors of fp16 codes (code j of
+    each word), each element pair one f16x2 register."""
+    if ASM:
+        return gl.inline_asm_elementwise(
+            # bytes i of both words side by side (prmt), the low nibbles into the mantissa of
+            # 1024 (mask 0x000F000F), the high ones at 16x that (0x00F000F0, x/16 - 64)
+            asm="""{
+            .reg .b32 t, k, r, m, a, c;
+            mov.b32 k, 0x64006400;
+            mov.b32 r, 0x2C002C00;
+            mov.b32 m, 0xD400D400;
+            prmt.b32 t, $8, $9, 0x4400;
+            lop3.b32 a, t, 0x000F000F, k, 0xEA;
+            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
+            sub.rn.f16x2 $0, a, k;
+            fma.rn.f16x2 $1, c, r, m;
+            prmt.b32 t, $8, $9, 0x5511;
+            lop3.b32 a, t, 0x000F000F, k, 0xEA;
+            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
+            sub.rn.f16x2 $2, a, k;
+            fma.rn.f16x2 $3, c, r, m;
+            prmt.b32 t, $8, $9, 0x6622;
+            lop3.b32 a, t, 0x000F000F, k, 0xEA;
+            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
+            sub.rn.f16x2 $4, a, k;
+            fma.rn.f16x2 $5, c, r, m;
+            prmt.b32 t, $8, $9, 0x7733;
+            lop3.b32 a, t, 0x000F000F, k, 0xEA;
+            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
+            sub.rn.f16x2 $6, a, k;
+            fma.rn.f16x2 $7, c, r, m;
+            }""",
+            constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r",
+            args=[w],
+            dtype=(gl.float16,) * 8,
+            is_pure=True,
+            pack=2,
+        )
+    else:
+        return (_nib(w, 0), _nib(w, 4), _nib(w, 8), _nib(w, 12), _nib(w, 16), _nib(w, 20), _nib(w, 24),
+                _nib(w, 28))
+
+
+@gluon.jit
+def _nib(w, SH: gl.constexpr):
+    return ((((w >> SH) & 15) | 0x6400).to(gl.uint16).to(gl.float16, bitcast=True) - 1024.0).to(gl.float16)
+
+
+@gluon.jit
+def _values(vw, pa, alpha, acc, R: gl.constexpr, LC: gl.constexpr, BLOCK_N: gl.constexpr, DW: gl.constexpr,
+            ASM: gl.constexpr):
+    """acc * alpha + P V for one tile: P (the A operand), its code words ``vw``; code j of each
+    thread's word is output column 8j + (lane // 4) of its warp."""
+    L16: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(0, LC))
+    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(gl.reshape(vw, [4, BLOCK_N, 8]), ASM)
+    cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
+    cj = gl.reshape(gl.permute(cj, (0, 1, 5, 4, 3, 2)), [4, BLOCK_N, DW])
+    vop = gl.convert_layout(cj, gl.DotOperandLayout(1, LC, 2), assert_trivial=True)
+    a3 = gl.expand_dims(gl.expand_dims(_to16(alpha, 1.0, R, L16), 1), 0)
+    return mma_v2(pa, vop, acc * a3)
+
+
+@gluon.jit
+def _tile_step(n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, part, KVW, kin, vin, zin, bt_row,
+               kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE: gl.constexpr, SKP: gl.constexpr,
+               W: gl.constexpr, DW: gl.constexpr, BLOCK_N: gl.constexpr, R: gl.constexpr, LC: gl.constexpr,
+               LSR: gl.constexpr, LT: gl.constexpr, ASM: gl.constexpr):
+    """The tile at n0: its scores and softmax, and the previous tile's values (P ``pa``,
+    rescale ``alpha``, code words ``vw``) while the warps' partial scores are exchanged. Each
+    word set is requested right after its predecessor is used (keys and scale/zero: the next
+    tile's; codes: this tile's), with the pages of the tile after it."""
+    LS: gl.constexpr = gl.SliceLayout(0, LC)
+    n2 = n0 + 2 * BLOCK_N
+    k0, k1, k2, k3 = _fp8_f16(gl.reshape(kb, [4, W, BLOCK_N]))
+    kb = gl.load(KVW + kp + kin)
+    kp = _page_words(bt_row, n2, kpg, last_page, ok, PAGE, wkb, SKP)
+
+    # scores: partial products over each warp's columns, summed across warps
+    # ([4, word, BLOCK_N, j0, j1] -> column 4 word + 2 j1 + j0)
+    k5 = gl.permute(gl.join(gl.join(k0, k1), gl.join(k2, k3)), (0, 1, 4, 3, 2))
+    kop = gl.convert_layout(gl.reshape(k5, [4, DW, BLOCK_N]), gl.DotOperandLayout(1, LC, 4), assert_trivial=True)
+    part.store(_score_rows(mma_v2(q, kop, gl.zeros([4, 16, BLOCK_N], gl.float32, layout=LC)), R, BLOCK_N))
+    # the previous tile's values meanwhile
+    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW, ASM)
+    vw = gl.load(KVW + vp + vin)
+    vp = _page_words(bt_row, n0 + BLOCK_N, vpg, last_page, ok, PAGE, wkb, SKP)
+    _cta_barrier()
+    s = part.slice(0, R).load(LSR) + part.slice(R, R).load(LSR)
+    s = (s + part.slice(2 * R, R).load(LSR) + part.slice(3 * R, R).load(LSR)) * qk_scale
+    valid = n0 + st < end
+    s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - gl.expand_dims(m_use, 1))
+    # (slots past the end of the sequence are unwritten: their scale and zero are zeroed)
+    szv = gl.where(valid, gl.convert_layout(gl.reshape(sz, [BLOCK_N]), LT, assert_trivial=True), 0)
+    sz = gl.load(KVW + zp + zin)
+    zp = _page_words(bt_row, n2, zpg, last_page, ok, PAGE, wkb, SKP)
+    vs = (szv & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+    vz = ((szv >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 0), 1)
+    ps = (p * gl.expand_dims(vs, 0)).to(gl.float16)
+    pa = gl.expand_dims(_to16(ps, 0.0, R, LS), 0) + gl.zeros([4, 16, BLOCK_N], gl.float16, layout=LC)
+    pa = gl.convert_layout(pa, gl.DotOperandLayout(0, LC, 2), assert_trivial=True)
+    return kb, vw, sz, kp, vp, zp, pa, alpha, m_new, l_i, z_i, acc
+
+
+@gluon.jit(do_not_specialize=["num_splits"])
+def _tq_decode_kernel_g(
+    QR,  # [T, Hq, D] query
+    KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
+    BT,  # int32 [B, max_blocks]
+    SeqLens,  # int32 [B]
+    MidO,  # fp32 [B, HK, S, G, D]
+    MidL,  # fp32 [B, HK, S, G]
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_bt,
+    num_splits,
+    qk_scale,
+    SKP: gl.constexpr,  # the cache's token and head strides (bytes, multiples of 4): offsets
+    SKH: gl.constexpr,  # inside a page become constants
+    HK: gl.constexpr,
+    G: gl.constexpr,
+    D: gl.constexpr,
+    PAGE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    LC: gl.constexpr,
+    LA4: gl.constexpr,
+    LB4: gl.constexpr,
+    LA2: gl.constexpr,
+    LB2: gl.constexpr,
+    LK: gl.constexpr,
+    LV: gl.constexpr,
+    NP: gl.constexpr,
+    PR: gl.constexpr,
+    LSR: gl.constexpr,
+    R: gl.constexpr,
+    ASM: gl.constexpr,
+):
+    sid = gl.program_id(0)
+    hk = gl.program_id(1)
+    b = gl.program_id(2)
+    DW: gl.constexpr = D // 4
+    seq_len = gl.load(SeqLens + b)
+    per_split = gl.cdiv(gl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    start = sid * per_split
+    end = gl.minimum(start + per_split, seq_len)
+
+    # query [4, 16, DW] as the scores' A operand; warp w takes columns w*DW..
+    qw = _idx3(4, 0, LA4)
+    qr = _idx3(16, 1, LA4)
+    qcol = qw * DW + _idx3(DW, 2, LA4)
+    q_ptr = QR + b.to(gl.int64) * stride_qt + (hk * G + qr) * stride_qh + qcol
+    q = gl.load(q_ptr, mask=(qr < G) & (qcol >= 0), other=0.0).to(gl.float16)
+
+    bt_row = BT + b.to(gl.int64) * stride_bt
+    # int32 word offsets (the launcher checks the cache is under 2**33 bytes): one block-table
+    # entry per page of a tile, plus loop-invariant offsets inside the page
+    wkb = stride_kb // 4
+    kvh = hk * (SKH // 4)
+    KVW = KV.to(gl.pointer_type(gl.int32))
+    W: gl.constexpr = DW // 4
+    kin = _idx4(4, 0, LK) * W + _idx4(W, 1, LK) + _idx4(PR, 3, LK) * (SKP // 4) + kvh  # [4, W, 1, PR]
+    kpg = _idx4(NP, 2, LK)
+    vin = (D // 4) + _idx4(4, 0, LV) * (DW // 8) + _idx4(8, 3, LV) + _idx4(PR, 2, LV) * (SKP // 4) + kvh
+    vpg = _idx4(NP, 1, LV)
+    LZ: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(3, LV))  # [NP, PR] scale/zero words
+    SZW: gl.constexpr = (D + D // 2) // 4
+    zin = gl.expand_dims(gl.arange(0, PR, layout=gl.SliceLayout(0, LZ)), 0) * (SKP // 4) + SZW + kvh
+    zpg = gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, LZ)), 1)
+    LS: gl.constexpr = gl.SliceLayout(0, LC)  # [16, BLOCK_N] the tensor-core tile's rows
+    LT: gl.constexpr = gl.SliceLayout(0, LSR)  # [BLOCK_N] tokens of the score tile
+    LR: gl.constexpr = gl.SliceLayout(1, LSR)  # [R] rows of the score tile
+    L16: gl.constexpr = gl.SliceLayout(1, LS)
+    st = gl.arange(0, BLOCK_N, layout=LT)
+    last_page = gl.maximum(end - 1, 0) // PAGE
+    ok = start < end
+
+    # the first tile's key and scale/zero words and the previous (none) tile's code words are
+    # requested here, with the pages of the tiles each set needs next
+    kb = gl.load(KVW + _page_words(bt_row, start, kpg, last_page, ok, PAGE, wkb, SKP) + kin)
+    vw = gl.load(KVW + _page_words(bt_row, start, vpg, last_page, ok, PAGE, wkb, SKP) + vin)
+    sz = gl.load(KVW + _page_words(bt_row, start, zpg, last_page, ok, PAGE, wkb, SKP) + zin)
+    n1 = start + BLOCK_N
+    kp = _page_words(bt_row, n1, kpg, last_page, ok, PAGE, wkb, SKP)
+    vp = _page_words(bt_row, start, vpg, last_page, ok, PAGE, wkb, SKP)
+    zp = _page_words(bt_row, n1, zpg, last_page, ok, PAGE, wkb, SKP)
+
+    m_i = gl.full([R], float("-inf"), gl.float32, layout=LR)
+    l_i = gl.zeros([R], gl.float32, layout=LR)
+    z_i = gl.zeros([R], gl.float32, layout=LR)
+    alpha = gl.full([R], 1.0, gl.float32, layout=LR)
+    acc = gl.zeros([4, 16, DW], gl.float32, layout=LC)
+    pa = gl.convert_layout(gl.zeros([4, 16, BLOCK_N], gl.float16, layout=LC), LA2, assert_trivial=True)
+    # the warps' partial score tiles, one set for each of the two steps of an iteration
+    red = gl.allocate_shared_memory(gl.float32, [2, 4 * R, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    # (an odd last tile is followed by one past the end: every token masked, no effect)
+    for n0 in range(start, end, 2 * BLOCK_N):
+        kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc = _tile_step(
+            n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, red.index(0), KVW, kin, vin, zin,
+            bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC, LSR, LT, ASM)
+        kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc = _tile_step(
+            n0 + BLOCK_N, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, red.index(1), KVW, kin,
+            vin, zin, bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC,
+            LSR, LT, ASM)
+    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW, ASM)  # the last tile's values
+
+    has = l_i > 0.0
+    l_safe = gl.where(has, l_i, 1.0)
+    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
+    zo = gl.where(has, z_i / l_safe, 0.0)
+    rows = gl.arange(0, R, layout=LR)
+    mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
+    gl.store(MidL + mid + rows, lse, mask=rows < G)
+    l3 = gl.expand_dims(gl.expand_dims(_to16(l_safe, 1.0, R, L16), 1), 0)
+    z3 = gl.expand_dims(gl.expand_dims(_to16(zo, 0.0, R, L16), 1), 0)
+    o = acc / l3 + z3
+    ow = _idx3(4, 0, LC)
+    orow = _idx3(16, 1, LC)
+    on = _idx3(DW, 2, LC)
+    ocol = ow * DW + (on % 8) * 8 + on // 8
+    gl.store(MidO + (mid + orow) * D + ocol, o, mask=(orow < G) & (ocol >= 0))
