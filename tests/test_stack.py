@@ -89,3 +89,49 @@ def test_wrong_sha256_refused_and_nothing_created(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "vendor-pin.txt:1" in proc.stderr and "sha256 mismatch" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 2
+
+
+def test_push_refresh_rewrites_patches_whose_hunks_moved(tmp_path: Path) -> None:
+    """A patch below grows the file, so the one above lands 3 lines lower: plain push reports
+    the offset and leaves the files alone; push --refresh rewrites only that patch (header
+    kept, hunk at its new place), after which it applies cleanly and refresh sees no hand edit."""
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    grown = "import os\nimport sys\n\n" + util
+    q.write_patch("A1-grow.patch", unified("vllm/util.py", util, grown))
+    q.write_patch("A2-edit.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 77\n")),
+                  extra="notes: keep me\n")
+    q.set_series("A1-grow.patch", "A2-edit.patch")
+    before = {n: (q.root / "queue" / n).read_bytes() for n in ("A1-grow.patch", "A2-edit.patch")}
+    q.run("checkout")
+    plain = json.loads(q.run("push", "--all", "--json").stdout)["result"]
+    assert plain["refreshed"] == [] and plain["pushed"][1]["status"] == "offset"
+    assert {n: (q.root / "queue" / n).read_bytes() for n in before} == before
+    q.run("pop", "--all")
+
+    out = q.run("push", "--all", "--refresh", "--json")
+    doc = json.loads(out.stdout)["result"]
+    assert doc["refreshed"] == ["A2-edit.patch"]
+    assert (q.root / "queue/A1-grow.patch").read_bytes() == before["A1-grow.patch"]
+    text = (q.root / "queue/A2-edit.patch").read_text()
+    assert text.startswith("---\nid: A2\ntitle: A2-edit.patch\nnotes: keep me\n...\n")
+    old_hunk = before["A2-edit.patch"].decode().split("@@")[1]
+    new_hunk = text.split("@@")[1]
+    assert old_hunk != new_hunk and new_hunk.strip().startswith("-") and "+77" not in new_hunk
+    assert (q.work / "vllm/util.py").read_text() == _edit(grown, "return x + 7\n", "return x + 77\n")
+    assert q.run("refresh").stdout.strip().endswith("unchanged")  # commit and file agree
+    q.run("goto", "A1-grow.patch")
+    (q.work / "vllm/util.py").write_text("import re\n" + (q.work / "vllm/util.py").read_text())
+    said = q.run("refresh").stdout
+    assert "refreshed A1-grow.patch" in said and "push --all --refresh" in said
+    q.run("push", "--all", "--refresh")  # A2 lands one line lower again and is rewritten
+    assert q.run("check", "--json", check=False).returncode == 0
+    text = (q.root / "queue/A2-edit.patch").read_text()
+    q.run("pop", "--all")
+    again = json.loads(q.run("push", "--all", "--refresh", "--json").stdout)["result"]
+    assert [p["status"] for p in again["pushed"]] == ["clean", "clean"] and again["refreshed"] == []
+    assert (q.root / "queue/A2-edit.patch").read_text() == text
+    q.run("pop", "--all")
+    refused = q.run("push", "--all", "--refresh", "--force", check=False)
+    assert refused.returncode == 2 and "--refresh and --force" in refused.stderr
+    assert q.run("applied").stdout.split() == []

@@ -198,7 +198,9 @@ class Scenario:
     extra_files: dict[str, str] = field(default_factory=dict)  # files written next to the queue root
     checkout: bool = True
 
-    builder: str = "stack"  # stack: PATCHES on synth's upstream; drift: test_drift's two pins; build: + a wheel
+    # stack: PATCHES on synth's upstream; grown: the same below a patch that grows util.py, so
+    # that A2 lands at an offset; drift: test_drift's two pins; build: + a wheel
+    builder: str = "stack"
 
     def prepare(self, tmp: Path) -> Queue:
         if self.builder == "drift":
@@ -218,7 +220,11 @@ class Scenario:
             q = make_queue(tmp)
             for name, body in PATCHES.items():
                 q.write_patch(name, body)
-            q.set_series(*PATCHES)
+            if self.builder == "grown":
+                q.write_patch("A0-grow.patch", unified("vllm/util.py", UTIL, "import os\nimport sys\n\n" + UTIL))
+                q.set_series("A0-grow.patch", *PATCHES)
+            else:
+                q.set_series(*PATCHES)
         for rel, text in self.extra_files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_text(text)
@@ -237,6 +243,7 @@ _IMPORT_DEP3 = "Description: imported fix\nAuthor: Jane Doe <jane@example.org>\n
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("push-all", "push", ("push", "--all")),
     Scenario("push-one", "push", ("push",), setup=(("push",),), next_args=("goto", "A2-util.patch")),
+    Scenario("push-refresh", "push", ("push", "--all", "--refresh"), builder="grown", compound=True),
     Scenario("pop-all", "pop", ("pop", "--all"), setup=(("push", "--all"),)),
     Scenario("pop-force", "pop", ("pop", "--force"), setup=(("push", "--all"),), user_edits=USER_EDITS,
              next_args=("goto", "A2-util.patch", "--force")),

@@ -87,14 +87,21 @@ def _count(all_: bool, count: int | None) -> int | None:
 @click.option("-n", "count", type=int, help="Push this many patches.")
 @click.option("-f", "--force", is_flag=True, help="Apply what applies; leave .rej files; a refresh is then required.")
 @click.option("--fuzz", type=click.IntRange(0, 3), default=0, help="Accept hunks that need up to N lines of fuzz.")
+@click.option("--refresh", "refresh_moved", is_flag=True,
+              help="Rewrite each patch whose hunks landed at an offset (or with fuzz) to where they landed.")
 @click.option("--profile", help="Push only the patches this profile selects (see 'gqueue plan').")
 @click.option("--policy", type=click.Choice(POLICIES), help="The plan policy (default: the profile's).")
 @boundary("push")
 def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool, fuzz: int,
-         profile: str | None, policy: str | None) -> Result:
+         refresh_moved: bool, profile: str | None, policy: str | None) -> Result:
     """Apply the next patch(es) of the series, one commit each."""
     selected = plan.filtered_series(ws.store, profile, policy) if profile or policy else None
-    result = stackops.push(ws, count=_count(all_, count), target=target, force=force, fuzz=fuzz, series=selected)
+    if refresh_moved:
+        if force:
+            raise UsageError("--refresh and --force do not go together (a forced push leaves rejects to resolve)")
+        result = stackops.push_refreshing(ws, count=_count(all_, count), target=target, fuzz=fuzz, series=selected)
+    else:
+        result = stackops.push(ws, count=_count(all_, count), target=target, force=force, fuzz=fuzz, series=selected)
     code = ExitCode.CONFLICT if result.failed is not None else ExitCode.OK
     return result.to_json(), push_report(result), code
 
@@ -131,6 +138,8 @@ def refresh(ws: Workspace, force: bool) -> Result:
     """Write the work tree's changes into the top patch (its header is kept)."""
     result = stackops.refresh(ws, force=force)
     text = f"refreshed {result.name} ({len(result.files)} file(s))" if result.changed else f"{result.name} unchanged"
+    if result.changed and len(ws.store.read_series().entries) > len(ws.stack().applied):
+        text += "\n(patches above it that now land at an offset: 'gqueue push --all --refresh' rewrites them)"
     return result.to_json(), text, ExitCode.OK
 
 

@@ -41,6 +41,8 @@ def push_report(result: PushResult) -> str:
             where = f": {f.path}" + (f" hunk #{h.index + 1} (expected near line {h.line})" if h else f" [{f.status}]")
         verb = "FORCED (rejects left)" if result.forced else "FAILED"
         lines.append(f"{verb:<34} {result.failed.name}{where}")
+    for name in result.refreshed:
+        lines.append(f"{'refreshed':<34} {name}  (rewritten to where its hunks landed)")
     if result.top:
         lines.append(f"now at {result.top}")
     return "\n".join(lines)

@@ -44,6 +44,7 @@ class PushResult:
     failed: PatchResult | None = None
     forced: bool = False
     top: str | None = None
+    refreshed: list[str] = field(default_factory=list)  # push --refresh: patch files rewritten
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -51,6 +52,7 @@ class PushResult:
             "failed": self.failed.to_json() if self.failed else None,
             "forced": self.forced,
             "top": self.top,
+            "refreshed": self.refreshed,
         }
 
 
@@ -94,8 +96,11 @@ def check_stack_matches(stack: Stack, series: Series) -> None:
 
 
 def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False, fuzz: int = 0,
-         series: Series | None = None) -> PushResult:
-    """Apply patches of ``series`` (default: the series file; a profile passes its selection)."""
+         series: Series | None = None, refresh_moved: bool = False) -> PushResult:
+    """Apply patches of ``series`` (default: the series file; a profile passes its selection).
+
+    ``refresh_moved``: a patch whose hunks landed elsewhere is rewritten to what its commit
+    changes (the file first, then the stack moves; see ``push_refreshing``)."""
     series = series if series is not None else ws.store.read_series()
     stack = ws.stack()
     check_stack_matches(stack, series)
@@ -122,6 +127,8 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         patches.append(patch)
     if specs:
         commits = ws.repo.write_commits(stack.head, specs, PENDING)
+        if refresh_moved:
+            commits = _rewrite_moved(ws, stack.head, commits, specs, patches, result)
         final: dict[str, tuple[str, bytes] | None] = {}
         for spec in specs:
             final.update(spec.changes)
@@ -135,9 +142,47 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
     return result
 
 
-def _prepare_push(ws: Workspace, stack: Stack, series: Series, count: int | None,
-                  target: str | None) -> tuple[list[SeriesEntry], dict[str, PatchFile], TreeView]:
-    """The entries to push, their patches (read once) and a view of the tree with their files read."""
+def push_refreshing(ws: Workspace, *, count: int | None = 1, target: str | None = None, fuzz: int = 0,
+                    series: Series | None = None) -> PushResult:
+    """push --refresh: push one patch at a time; a patch whose hunks landed at an offset (or,
+    with ``fuzz``, needed fuzz) is rewritten to what it changes where it landed, as a refresh
+    would (header kept), so that it applies cleanly from then on. Per patch the file is
+    written before the stack moves: a killed run leaves either the old stack (and at most that
+    one file rewritten, which still applies) or the new one, and running it again continues."""
+    series = series if series is not None else ws.store.read_series()
+    names = [e.name for e in _select_pending(ws.stack(), series, count, target)]
+    total = PushResult()
+    for _name in names:
+        step = push(ws, count=1, fuzz=fuzz, series=series, refresh_moved=True)
+        total.pushed += step.pushed
+        total.refreshed += step.refreshed
+        total.top = step.top or total.top
+        if step.failed is not None:
+            total.failed = step.failed
+            break
+    return total
+
+
+def _rewrite_moved(ws: Workspace, base: str, commits: list[str], specs: list[CommitSpec], patches: list[PatchFile],
+                   result: PushResult) -> list[str]:
+    """The patches whose hunks moved rewritten (their files written now) to their commits'
+    diffs, and the commits written again with those diffs' digests (the same trees)."""
+    changed = False
+    for i, outcome in enumerate(result.pushed):
+        if outcome.status == "clean":
+            continue
+        patch = with_body(patches[i], ws.repo.diff(commits[i - 1] if i else base, commits[i]))
+        if format_patch(patch) == format_patch(patches[i]):
+            continue
+        specs[i] = CommitSpec(commit_message(patch), specs[i].changes, specs[i].author)
+        ws.store.write_patch(patch)
+        result.refreshed.append(patch.name)
+        changed = True
+    return ws.repo.write_commits(base, specs, PENDING) if changed else commits
+
+
+def _select_pending(stack: Stack, series: Series, count: int | None, target: str | None) -> list[SeriesEntry]:
+    """The series entries a push of ``count`` patches (or up to ``target``) applies."""
     pending = list(series.entries[len(stack.applied) :])
     if target is not None:
         names = [e.name for e in pending]
@@ -150,6 +195,13 @@ def _prepare_push(ws: Workspace, stack: Stack, series: Series, count: int | None
         pending = pending[:count]
     if not pending:
         raise StateError("the whole series is already applied" if series.entries else "the series is empty")
+    return pending
+
+
+def _prepare_push(ws: Workspace, stack: Stack, series: Series, count: int | None,
+                  target: str | None) -> tuple[list[SeriesEntry], dict[str, PatchFile], TreeView]:
+    """The entries to push, their patches (read once) and a view of the tree with their files read."""
+    pending = _select_pending(stack, series, count, target)
     loaded = _require_unique_ids(ws, series, len(stack.applied) + len(pending))
     view = TreeView(ws.repo, stack.head)
     view.prefetch(touched_paths(loaded[e.name] for e in pending))
