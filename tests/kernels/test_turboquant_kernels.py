@@ -759,7 +759,7 @@ jit = KG._tq_decode_kernel_g
 names = jit.arg_names
 ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "MidO": "*fp32", "MidL": "*fp32"}
 page = int(sys.argv[2])
-consts = dict(HK=4, G=group, D=256, PAGE=page, BLOCK_N=KG.BLOCK_N, ASM=True, SKP=4 * 388, SKH=388,
+consts = dict(HK=4, G=group, D=256, PAGE=page, BLOCK_N=KG.BLOCK_N, SKP=4 * 388, SKH=388,
               **KG.g_layouts(256, page, group))
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},

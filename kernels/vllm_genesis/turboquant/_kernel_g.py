@@ -26,6 +26,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from ._kernels import FP8X4_F16_ASM
+
 BLOCK_N = 64
 NUM_WARPS = 4
 # the CTA barrier's name differs between Gluon versions (3.6: thread_barrier, later: barrier)
@@ -156,15 +158,7 @@ def _to16(x, fill, R: gl.constexpr, L16: gl.constexpr):
 def _fp8_f16(w):
     """Words of 4 fp8 e4m3 bytes -> 4 tensors of fp16 (byte 0..3 of each word)."""
     return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b16 l, h;
-        .reg .b32 a, c;
-        mov.b32 {l, h}, $4;
-        cvt.rn.f16x2.e4m3x2 a, l;
-        cvt.rn.f16x2.e4m3x2 c, h;
-        mov.b32 {$0, $1}, a;
-        mov.b32 {$2, $3}, c;
-        }""",
+        asm=FP8X4_F16_ASM,
         constraints="=h,=h,=h,=h,r",
         args=[w],
         dtype=(gl.float16,) * 4,
@@ -173,63 +167,43 @@ def _fp8_f16(w):
     )
 
 
+def _code_pairs_asm() -> str:
+    """PTX: the code words of two tokens ($8, $9) -> 8 f16x2 registers ($0..$7: code j of
+    both). Byte i of both words side by side (prmt), its low nibbles into the mantissa of 1024
+    (mask 0x000F000F, minus 1024), its high ones at 16x that (0x00F000F0, x/16 - 64); exact."""
+    body = []
+    for i in range(4):
+        sel = i | i << 4 | (4 + i) << 8 | (4 + i) << 12
+        body += [f"prmt.b32 t, $8, $9, {sel:#06x};", "lop3.b32 a, t, 0x000F000F, k, 0xEA;",
+                 "lop3.b32 c, t, 0x00F000F0, k, 0xEA;", f"sub.rn.f16x2 ${2 * i}, a, k;",
+                 f"fma.rn.f16x2 ${2 * i + 1}, c, r, m;"]
+    return "\n".join(["{", ".reg .b32 t, k, r, m, a, c;", "mov.b32 k, 0x64006400;", "mov.b32 r, 0x2C002C00;",
+                      "mov.b32 m, 0xD400D400;", *body, "}"])
+
+
+CODE_PAIRS_F16_ASM = gl.constexpr(_code_pairs_asm())
+
+
 @gluon.jit
-def _codes_f16(w, ASM: gl.constexpr):
+def _codes_f16(w):
     """Code words of two tokens (consecutive elements) -> 8 tensors of fp16 codes (code j of
     each word), each element pair one f16x2 register."""
-    if ASM:
-        return gl.inline_asm_elementwise(
-            # bytes i of both words side by side (prmt), the low nibbles into the mantissa of
-            # 1024 (mask 0x000F000F), the high ones at 16x that (0x00F000F0, x/16 - 64)
-            asm="""{
-            .reg .b32 t, k, r, m, a, c;
-            mov.b32 k, 0x64006400;
-            mov.b32 r, 0x2C002C00;
-            mov.b32 m, 0xD400D400;
-            prmt.b32 t, $8, $9, 0x4400;
-            lop3.b32 a, t, 0x000F000F, k, 0xEA;
-            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
-            sub.rn.f16x2 $0, a, k;
-            fma.rn.f16x2 $1, c, r, m;
-            prmt.b32 t, $8, $9, 0x5511;
-            lop3.b32 a, t, 0x000F000F, k, 0xEA;
-            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
-            sub.rn.f16x2 $2, a, k;
-            fma.rn.f16x2 $3, c, r, m;
-            prmt.b32 t, $8, $9, 0x6622;
-            lop3.b32 a, t, 0x000F000F, k, 0xEA;
-            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
-            sub.rn.f16x2 $4, a, k;
-            fma.rn.f16x2 $5, c, r, m;
-            prmt.b32 t, $8, $9, 0x7733;
-            lop3.b32 a, t, 0x000F000F, k, 0xEA;
-            lop3.b32 c, t, 0x00F000F0, k, 0xEA;
-            sub.rn.f16x2 $6, a, k;
-            fma.rn.f16x2 $7, c, r, m;
-            }""",
-            constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r",
-            args=[w],
-            dtype=(gl.float16,) * 8,
-            is_pure=True,
-            pack=2,
-        )
-    else:
-        return (_nib(w, 0), _nib(w, 4), _nib(w, 8), _nib(w, 12), _nib(w, 16), _nib(w, 20), _nib(w, 24),
-                _nib(w, 28))
+    return gl.inline_asm_elementwise(
+        asm=CODE_PAIRS_F16_ASM,
+        constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r",
+        args=[w],
+        dtype=(gl.float16,) * 8,
+        is_pure=True,
+        pack=2,
+    )
 
 
 @gluon.jit
-def _nib(w, SH: gl.constexpr):
-    return ((((w >> SH) & 15) | 0x6400).to(gl.uint16).to(gl.float16, bitcast=True) - 1024.0).to(gl.float16)
-
-
-@gluon.jit
-def _values(vw, pa, alpha, acc, R: gl.constexpr, LC: gl.constexpr, BLOCK_N: gl.constexpr, DW: gl.constexpr,
-            ASM: gl.constexpr):
+def _values(vw, pa, alpha, acc, R: gl.constexpr, LC: gl.constexpr, BLOCK_N: gl.constexpr, DW: gl.constexpr):
     """acc * alpha + P V for one tile: P (the A operand), its code words ``vw``; code j of each
     thread's word is output column 8j + (lane // 4) of its warp."""
     L16: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(0, LC))
-    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(gl.reshape(vw, [4, BLOCK_N, 8]), ASM)
+    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(gl.reshape(vw, [4, BLOCK_N, 8]))
     cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
     cj = gl.reshape(gl.permute(cj, (0, 1, 5, 4, 3, 2)), [4, BLOCK_N, DW])
     vop = gl.convert_layout(cj, gl.DotOperandLayout(1, LC, 2), assert_trivial=True)
@@ -241,7 +215,7 @@ def _values(vw, pa, alpha, acc, R: gl.constexpr, LC: gl.constexpr, BLOCK_N: gl.c
 def _tile_step(n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, part, KVW, kin, vin, zin, bt_row,
                kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE: gl.constexpr, SKP: gl.constexpr,
                W: gl.constexpr, DW: gl.constexpr, BLOCK_N: gl.constexpr, R: gl.constexpr, LC: gl.constexpr,
-               LSR: gl.constexpr, LT: gl.constexpr, ASM: gl.constexpr):
+               LSR: gl.constexpr, LT: gl.constexpr):
     """The tile at n0: its scores and softmax, and the previous tile's values (P ``pa``,
     rescale ``alpha``, code words ``vw``) while the warps' partial scores are exchanged. Each
     word set is requested right after its predecessor is used (keys and scale/zero: the next
@@ -258,7 +232,7 @@ def _tile_step(n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc
     kop = gl.convert_layout(gl.reshape(k5, [4, DW, BLOCK_N]), gl.DotOperandLayout(1, LC, 4), assert_trivial=True)
     part.store(_score_rows(mma_v2(q, kop, gl.zeros([4, 16, BLOCK_N], gl.float32, layout=LC)), R, BLOCK_N))
     # the previous tile's values meanwhile
-    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW, ASM)
+    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW)
     vw = gl.load(KVW + vp + vin)
     vp = _page_words(bt_row, n0 + BLOCK_N, vpg, last_page, ok, PAGE, wkb, SKP)
     _cta_barrier()
@@ -316,7 +290,6 @@ def _tq_decode_kernel_g(
     PR: gl.constexpr,
     LSR: gl.constexpr,
     R: gl.constexpr,
-    ASM: gl.constexpr,
 ):
     sid = gl.program_id(0)
     hk = gl.program_id(1)
@@ -379,12 +352,12 @@ def _tq_decode_kernel_g(
     for n0 in range(start, end, 2 * BLOCK_N):
         kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc = _tile_step(
             n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, red.index(0), KVW, kin, vin, zin,
-            bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC, LSR, LT, ASM)
+            bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC, LSR, LT)
         kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc = _tile_step(
             n0 + BLOCK_N, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, red.index(1), KVW, kin,
             vin, zin, bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC,
-            LSR, LT, ASM)
-    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW, ASM)  # the last tile's values
+            LSR, LT)
+    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW)  # the last tile's values
 
     has = l_i > 0.0
     l_safe = gl.where(has, l_i, 1.0)

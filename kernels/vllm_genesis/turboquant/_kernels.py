@@ -26,12 +26,8 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
-def _fp8_words(w, ASM: tl.constexpr, E4B15: tl.constexpr):
-    """int32 words of 4 fp8 key bytes -> 4 fp16 tensors (byte 0..3 of each word)."""
-    if ASM:
-        k0, k1, k2, k3 = tl.inline_asm_elementwise(
-            asm="""{
+# PTX: one int32 word of 4 fp8 e4m3 bytes ($4) -> 4 fp16 values ($0..$3, byte order)
+FP8X4_F16_ASM = tl.constexpr("""{
             .reg .b16 l, h;
             .reg .b32 a, c;
             mov.b32 {l, h}, $4;
@@ -39,7 +35,15 @@ def _fp8_words(w, ASM: tl.constexpr, E4B15: tl.constexpr):
             cvt.rn.f16x2.e4m3x2 c, h;
             mov.b32 {$0, $1}, a;
             mov.b32 {$2, $3}, c;
-            }""",
+            }""")
+
+
+@triton.jit
+def _fp8_words(w, ASM: tl.constexpr, E4B15: tl.constexpr):
+    """int32 words of 4 fp8 key bytes -> 4 fp16 tensors (byte 0..3 of each word)."""
+    if ASM:
+        k0, k1, k2, k3 = tl.inline_asm_elementwise(
+            asm=FP8X4_F16_ASM,
             constraints="=h,=h,=h,=h,r",
             args=[w],
             dtype=(tl.float16, tl.float16, tl.float16, tl.float16),

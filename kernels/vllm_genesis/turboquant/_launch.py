@@ -233,7 +233,7 @@ def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_
         qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0), block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2),
-        HK=hk, G=group, D=head_dim, PAGE=page, BLOCK_N=BLOCK_N, ASM=True, **g_layouts(head_dim, page, group),
+        HK=hk, G=group, D=head_dim, PAGE=page, BLOCK_N=BLOCK_N, **g_layouts(head_dim, page, group),
         num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
