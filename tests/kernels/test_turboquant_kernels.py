@@ -775,11 +775,10 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
 def test_gluon_decode_operands_stay_in_registers(group, page):
     """Kernel "g" builds for sm_90 (Triton's own ptxas; no GPU needed, and outside the
     interpreter) for pages smaller and larger than its tiles and groups of up to 8 and 16
-    heads; its layout conversions (fp8 key words and 4-bit code words -> tensor-core operands,
-    probabilities -> A operand, the scale/zero words -> the score tile's columns, 8 score rows
-    -> the 16-row tile) are asserted trivial while it is built (no data moves between threads),
-    and the only shared memory it uses is the exchange of the warps' partial score tiles (one
-    store, four loads a tile)."""
+    heads; its operand conversions (fp8 key words and 4-bit code words -> tensor-core operands)
+    and that of the scale/zero words to the score tile's tokens are asserted trivial while it
+    is built (no data moves between threads), and the only shared memory it uses is the
+    exchange of the warps' partial score tiles (one store, four loads a tile)."""
     import json
     import subprocess
     import sys
@@ -790,14 +789,13 @@ def test_gluon_decode_operands_stay_in_registers(group, page):
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    # the loop runs two tiles a step: per tile the key and code operands, the probabilities and
-    # the scale/zero words; outside it the first (zero) probabilities and the last tile's code
-    # operand; groups of at most 8 heads keep 8 score rows, so per tile 2 more (probabilities
-    # and rescale factors back to the 16-row tile) and 3 more outside (the last rescale factors,
-    # the final sums and zero terms)
-    assert got["ttg.convert_layout"] == (2 * 6 + 5 if group <= 8 else 2 * 4 + 2)
+    # the loop runs two tiles a step: per tile the key and code operands, the scale/zero words
+    # and the rescale factors (to the accumulator's layout); outside it the last tile's code
+    # operand and rescale factors, the final sums and zero terms
+    assert got["ttg.convert_layout"] == 2 * 4 + 4
     assert got["ttg.local_store"] == 2 and got["ttg.local_load"] == 2 * 4
-    assert got["mma"] == 2 * 64 + 32  # 32 score and 32 value products a tile, the last values
+    # per tile 16 score and 16 value products for each 8 query rows, and the last tile's values
+    assert got["mma"] == (2 * 32 + 16) * (2 if group > 8 else 1)
 
 
 def test_gluon_kernel_request_falls_back_where_it_cannot_run():

@@ -1,23 +1,26 @@
 """Stage 1 of the k8v4 decode written in Gluon (explicit layouts, tensor cores from registers).
 
 One program per (split, KV head, sequence) and 4 warps, as the Triton kernels, but each warp
-owns a quarter of the head dimension instead of a quarter of the tokens:
+owns a quarter of the head dimension instead of a quarter of the tokens, and both products
+are transposed (tokens or head columns on the MMA's M side, the query rows on N, so a group
+of up to 8 heads fills N = 8 without padding):
 
-* scores: warp ``w`` multiplies the query's columns ``w*D/4 ..`` with the same columns of the
-  64-token key tile (``mma.sync``; the fp8 key words are loaded straight into the registers
-  of the operand and widened there); the four partial score tiles are summed across warps
-  through shared memory, so every warp holds the whole tile and runs the softmax itself
-  (8 rows where the group has at most 8 heads: the tensor-core tile's other 8 are padding);
-* values: warp ``w`` accumulates output columns ``w*D/4 ..``; each thread's 8 columns are
-  the 8 codes of one 4-byte word, the codes of two tokens are paired in registers (``prmt``)
-  and turned into fp16 pairs (``lop3`` + one f16x2 op), which are the operand as they are
-  (the columns are written back in cache order at the end).
+* scores^T: warp ``w`` multiplies the 64 tokens' key columns ``w*D/4 ..`` (``mma.sync`` A
+  operand: the fp8 key words are loaded straight into its registers and widened there) with
+  the same columns of the query rows; the four partial tiles are summed across warps through
+  shared memory, so every warp holds the whole tile and runs the softmax itself;
+* output^T: warp ``w`` accumulates head columns ``w*D/4 ..`` (M side) as V^T P^T: each
+  thread's 8 columns are the 8 codes of one 4-byte word, the codes of two tokens are paired in
+  registers (``prmt``) and turned into fp16 pairs (``lop3`` + one f16x2 op), which are the A
+  operand as they are, and the probabilities in the softmax's layout are the B operand as they
+  are (the columns are written back in cache order at the end).
 
 No operand passes through shared memory (the layout conversions are asserted to move no
 data). The cache is read as [.., pages, rows] tiles: one block-table entry per page, the
-offsets inside a page compile-time constants. The words of the next tile (or two) are
-requested right after a tile's own are used. Decode only (one query token per sequence),
-fp8 e4m3 keys + 4-bit values, D = 256, groups of up to 16 heads, pages of a power of two.
+offsets inside a page compile-time constants. Each set of words is requested right after the
+previous tile's set is used, and a tile's values are multiplied while the next tile's partial
+scores are exchanged. Decode only (one query token per sequence), fp8 e4m3 keys + 4-bit
+values, D = 256, groups of up to 16 heads, pages of a power of two.
 """
 
 from __future__ import annotations
@@ -66,28 +69,13 @@ def g_layouts(head_dim: int, page: int, group: int = 16, block_n: int = BLOCK_N)
                                      [4, dw // 4, block_n // pr, pr])
     vword = gl.DistributedLinearLayout(_split_tokens(v_reg, 1, pr), _split_tokens(v_lane, 1, pr), w4, [],
                                        [4, block_n // pr, pr, 8])
-    # the score tile after the exchange: rows 0..7 only where the group has at most 8 heads
-    # (rows 8..15 of the tensor-core tile are padding then); [rows, block_n], in every warp
-    if group <= 8:
-        rows = 8
-        scores = gl.DistributedLinearLayout([[0, 1]] + [[0, 8 << i] for i in range(nb)],
-                                            [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], [[0, 0], [0, 0]], [],
-                                            [8, block_n])
-    else:
-        rows = 16
-        scores = gl.SliceLayout(0, c)
     return dict(
-        LSR=scores,
-        R=rows,
         LC=c,
-        LA4=gl.DotOperandLayout(0, c, 4),
-        LB4=gl.DotOperandLayout(1, c, 4),
-        LA2=gl.DotOperandLayout(0, c, 2),
-        LB2=gl.DotOperandLayout(1, c, 2),
         LK=key,
         LV=vword,
         NP=block_n // pr,
         PR=pr,
+        R=8 if group <= 8 else 16,  # query rows on the products' N side (a multiple of 8)
     )
 
 
@@ -128,30 +116,6 @@ def _idx3(N: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
     else:
         x = gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(0, L)))
         return gl.expand_dims(gl.expand_dims(x, 0), 0)
-
-
-@gluon.jit
-def _score_rows(t, R: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The warps' partial score tiles [4, 16, BLOCK_N] -> [4 R, BLOCK_N] (rows 0..R-1 of each)."""
-    if R == 16:
-        return gl.reshape(t, [64, BLOCK_N])
-    else:
-        lo, hi = gl.split(gl.permute(gl.reshape(t, [4, 2, 8, BLOCK_N]), (0, 2, 3, 1)))
-        return gl.reshape(lo, [32, BLOCK_N])
-
-
-@gluon.jit
-def _to16(x, fill, R: gl.constexpr, L16: gl.constexpr):
-    """[R, ...] rows -> the 16 rows of the tensor-core tile (rows R.. = ``fill``), layout L16."""
-    if R == 16:
-        return x
-    else:
-        y = gl.join(x, gl.full_like(x, fill))
-        if len(x.shape) == 1:
-            y = gl.reshape(gl.permute(y, (1, 0)), [16])
-        else:
-            y = gl.reshape(gl.permute(y, (2, 0, 1)), [16, x.shape[1]])
-        return gl.convert_layout(y, L16, assert_trivial=True)
 
 
 @gluon.jit
@@ -199,63 +163,62 @@ def _codes_f16(w):
 
 
 @gluon.jit
-def _values(vw, pa, alpha, acc, R: gl.constexpr, LC: gl.constexpr, BLOCK_N: gl.constexpr, DW: gl.constexpr):
-    """acc * alpha + P V for one tile: P (the A operand), its code words ``vw``; code j of each
-    thread's word is output column 8j + (lane // 4) of its warp."""
-    L16: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(0, LC))
+def _values(vw, pt, alpha, acc, LC: gl.constexpr, BLOCK_N: gl.constexpr, DW: gl.constexpr):
+    """acc * alpha + V^T P^T for one tile: ``pt`` the probabilities (times the value scales) as
+    the B operand [4, BLOCK_N, R], ``vw`` the tile's code words; code j of a thread's word is
+    head column 8j + lane // 4 of its warp's quarter (M side)."""
     c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(gl.reshape(vw, [4, BLOCK_N, 8]))
     cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
-    cj = gl.reshape(gl.permute(cj, (0, 1, 5, 4, 3, 2)), [4, BLOCK_N, DW])
-    vop = gl.convert_layout(cj, gl.DotOperandLayout(1, LC, 2), assert_trivial=True)
-    a3 = gl.expand_dims(gl.expand_dims(_to16(alpha, 1.0, R, L16), 1), 0)
-    return mma_v2(pa, vop, acc * a3)
+    # [4, BLOCK_N, lane // 4, j0, j1, j2] -> [4, 8 j + lane // 4, BLOCK_N]
+    cj = gl.reshape(gl.permute(cj, (0, 5, 4, 3, 2, 1)), [4, DW, BLOCK_N])
+    vop = gl.convert_layout(cj, gl.DotOperandLayout(0, LC, 2), assert_trivial=True)
+    a3 = gl.expand_dims(gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, gl.SliceLayout(0, LC))), 0), 0)
+    return mma_v2(vop, pt, acc * a3)
 
 
 @gluon.jit
-def _tile_step(n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, part, KVW, kin, vin, zin, bt_row,
-               kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE: gl.constexpr, SKP: gl.constexpr,
-               W: gl.constexpr, DW: gl.constexpr, BLOCK_N: gl.constexpr, R: gl.constexpr, LC: gl.constexpr,
-               LSR: gl.constexpr, LT: gl.constexpr):
-    """The tile at n0: its scores and softmax, and the previous tile's values (P ``pa``,
-    rescale ``alpha``, code words ``vw``) while the warps' partial scores are exchanged. Each
-    word set is requested right after its predecessor is used (keys and scale/zero: the next
-    tile's; codes: this tile's), with the pages of the tile after it."""
-    LS: gl.constexpr = gl.SliceLayout(0, LC)
+def _tile_step(n0, end, qt, kb, vw, sz, kp, vp, zp, pt, alpha, m_i, l_i, z_i, acc, part, KVW, kin, vin, zin,
+               bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE: gl.constexpr, SKP: gl.constexpr,
+               W: gl.constexpr, DW: gl.constexpr, BLOCK_N: gl.constexpr, R: gl.constexpr, LC: gl.constexpr):
+    """The tile at n0: its scores and softmax, and the previous tile's values (``pt``,
+    ``alpha``, code words ``vw``) while the warps' partial scores are exchanged. Each word set
+    is requested right after its predecessor is used (keys and scale/zero: the next tile's;
+    codes: this tile's), with the pages of the tile after it."""
+    LPT: gl.constexpr = gl.SliceLayout(0, gl.DotOperandLayout(1, LC, 2))  # [BLOCK_N, R], every warp
     n2 = n0 + 2 * BLOCK_N
     k0, k1, k2, k3 = _fp8_f16(gl.reshape(kb, [4, W, BLOCK_N]))
     kb = gl.load(KVW + kp + kin)
     kp = _page_words(bt_row, n2, kpg, last_page, ok, PAGE, wkb, SKP)
 
-    # scores: partial products over each warp's columns, summed across warps
-    # ([4, word, BLOCK_N, j0, j1] -> column 4 word + 2 j1 + j0)
-    k5 = gl.permute(gl.join(gl.join(k0, k1), gl.join(k2, k3)), (0, 1, 4, 3, 2))
-    kop = gl.convert_layout(gl.reshape(k5, [4, DW, BLOCK_N]), gl.DotOperandLayout(1, LC, 4), assert_trivial=True)
-    part.store(_score_rows(mma_v2(q, kop, gl.zeros([4, 16, BLOCK_N], gl.float32, layout=LC)), R, BLOCK_N))
+    # scores^T: the tokens' keys (A operand, columns 4 word + 2 j1 + j0 of each warp's quarter)
+    # times the query rows' same columns, summed across warps
+    k5 = gl.permute(gl.join(gl.join(k0, k1), gl.join(k2, k3)), (0, 2, 1, 4, 3))
+    kop = gl.convert_layout(gl.reshape(k5, [4, BLOCK_N, DW]), gl.DotOperandLayout(0, LC, 4), assert_trivial=True)
+    part.store(gl.reshape(mma_v2(kop, qt, gl.zeros([4, BLOCK_N, R], gl.float32, layout=LC)), [4 * BLOCK_N, R]))
     # the previous tile's values meanwhile
-    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW)
+    acc = _values(vw, pt, alpha, acc, LC, BLOCK_N, DW)
     vw = gl.load(KVW + vp + vin)
     vp = _page_words(bt_row, n0 + BLOCK_N, vpg, last_page, ok, PAGE, wkb, SKP)
     _cta_barrier()
-    s = part.slice(0, R).load(LSR) + part.slice(R, R).load(LSR)
-    s = (s + part.slice(2 * R, R).load(LSR) + part.slice(3 * R, R).load(LSR)) * qk_scale
+    s = part.slice(0, BLOCK_N).load(LPT) + part.slice(BLOCK_N, BLOCK_N).load(LPT)
+    s = (s + part.slice(2 * BLOCK_N, BLOCK_N).load(LPT) + part.slice(3 * BLOCK_N, BLOCK_N).load(LPT)) * qk_scale
     valid = n0 + st < end
-    s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
+    s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 0))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
-    p = gl.exp2(s - gl.expand_dims(m_use, 1))
+    p = gl.exp2(s - gl.expand_dims(m_use, 0))
     # (slots past the end of the sequence are unwritten: their scale and zero are zeroed)
-    szv = gl.where(valid, gl.convert_layout(gl.reshape(sz, [BLOCK_N]), LT, assert_trivial=True), 0)
+    szv = gl.where(valid, gl.convert_layout(gl.reshape(sz, [BLOCK_N]), st.type.layout, assert_trivial=True), 0)
     sz = gl.load(KVW + zp + zin)
     zp = _page_words(bt_row, n2, zpg, last_page, ok, PAGE, wkb, SKP)
     vs = (szv & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
     vz = ((szv >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-    l_i = l_i * alpha + gl.sum(p, 1)
-    z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 0), 1)
-    ps = (p * gl.expand_dims(vs, 0)).to(gl.float16)
-    pa = gl.expand_dims(_to16(ps, 0.0, R, LS), 0) + gl.zeros([4, 16, BLOCK_N], gl.float16, layout=LC)
-    pa = gl.convert_layout(pa, gl.DotOperandLayout(0, LC, 2), assert_trivial=True)
-    return kb, vw, sz, kp, vp, zp, pa, alpha, m_new, l_i, z_i, acc
+    l_i = l_i * alpha + gl.sum(p, 0)
+    z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 1), 0)
+    ps = (p * gl.expand_dims(vs, 1)).to(gl.float16)
+    pt = gl.expand_dims(ps, 0) + gl.zeros([4, BLOCK_N, R], gl.float16, layout=gl.DotOperandLayout(1, LC, 2))
+    return kb, vw, sz, kp, vp, zp, pt, alpha, m_new, l_i, z_i, acc
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
@@ -280,15 +243,10 @@ def _tq_decode_kernel_g(
     PAGE: gl.constexpr,
     BLOCK_N: gl.constexpr,
     LC: gl.constexpr,
-    LA4: gl.constexpr,
-    LB4: gl.constexpr,
-    LA2: gl.constexpr,
-    LB2: gl.constexpr,
     LK: gl.constexpr,
     LV: gl.constexpr,
     NP: gl.constexpr,
     PR: gl.constexpr,
-    LSR: gl.constexpr,
     R: gl.constexpr,
 ):
     sid = gl.program_id(0)
@@ -300,12 +258,12 @@ def _tq_decode_kernel_g(
     start = sid * per_split
     end = gl.minimum(start + per_split, seq_len)
 
-    # query [4, 16, DW] as the scores' A operand; warp w takes columns w*DW..
-    qw = _idx3(4, 0, LA4)
-    qr = _idx3(16, 1, LA4)
-    qcol = qw * DW + _idx3(DW, 2, LA4)
+    # the query rows, transposed, as the scores' B operand [4, DW, R]: warp w's columns w*DW..
+    LB4: gl.constexpr = gl.DotOperandLayout(1, LC, 4)
+    qr = _idx3(R, 2, LB4)
+    qcol = _idx3(4, 0, LB4) * DW + _idx3(DW, 1, LB4)
     q_ptr = QR + b.to(gl.int64) * stride_qt + (hk * G + qr) * stride_qh + qcol
-    q = gl.load(q_ptr, mask=(qr < G) & (qcol >= 0), other=0.0).to(gl.float16)
+    qt = gl.load(q_ptr, mask=(qr < G) & (qcol >= 0), other=0.0).to(gl.float16)
 
     bt_row = BT + b.to(gl.int64) * stride_bt
     # int32 word offsets (the launcher checks the cache is under 2**33 bytes): one block-table
@@ -322,11 +280,9 @@ def _tq_decode_kernel_g(
     SZW: gl.constexpr = (D + D // 2) // 4
     zin = gl.expand_dims(gl.arange(0, PR, layout=gl.SliceLayout(0, LZ)), 0) * (SKP // 4) + SZW + kvh
     zpg = gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, LZ)), 1)
-    LS: gl.constexpr = gl.SliceLayout(0, LC)  # [16, BLOCK_N] the tensor-core tile's rows
-    LT: gl.constexpr = gl.SliceLayout(0, LSR)  # [BLOCK_N] tokens of the score tile
-    LR: gl.constexpr = gl.SliceLayout(1, LSR)  # [R] rows of the score tile
-    L16: gl.constexpr = gl.SliceLayout(1, LS)
-    st = gl.arange(0, BLOCK_N, layout=LT)
+    LPT: gl.constexpr = gl.SliceLayout(0, gl.DotOperandLayout(1, LC, 2))  # [BLOCK_N, R] scores^T
+    LR: gl.constexpr = gl.SliceLayout(0, LPT)  # [R] rows
+    st = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LPT))
     last_page = gl.maximum(end - 1, 0) // PAGE
     ok = start < end
 
@@ -344,20 +300,19 @@ def _tq_decode_kernel_g(
     l_i = gl.zeros([R], gl.float32, layout=LR)
     z_i = gl.zeros([R], gl.float32, layout=LR)
     alpha = gl.full([R], 1.0, gl.float32, layout=LR)
-    acc = gl.zeros([4, 16, DW], gl.float32, layout=LC)
-    pa = gl.convert_layout(gl.zeros([4, 16, BLOCK_N], gl.float16, layout=LC), LA2, assert_trivial=True)
-    # the warps' partial score tiles, one set for each of the two steps of an iteration
-    red = gl.allocate_shared_memory(gl.float32, [2, 4 * R, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    acc = gl.zeros([4, DW, R], gl.float32, layout=LC)  # output^T: each warp's quarter of the columns
+    pt = gl.zeros([4, BLOCK_N, R], gl.float16, layout=gl.DotOperandLayout(1, LC, 2))
+    # the warps' partial score tiles (tokens contiguous), one set for each step of an iteration
+    red = gl.allocate_shared_memory(gl.float32, [2, 4 * BLOCK_N, R], gl.SwizzledSharedLayout(2, 1, 8, order=[0, 1]))
     # (an odd last tile is followed by one past the end: every token masked, no effect)
     for n0 in range(start, end, 2 * BLOCK_N):
-        kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc = _tile_step(
-            n0, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, red.index(0), KVW, kin, vin, zin,
-            bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC, LSR, LT)
-        kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc = _tile_step(
-            n0 + BLOCK_N, end, q, kb, vw, sz, kp, vp, zp, pa, alpha, m_i, l_i, z_i, acc, red.index(1), KVW, kin,
-            vin, zin, bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC,
-            LSR, LT)
-    acc = _values(vw, pa, alpha, acc, R, LC, BLOCK_N, DW)  # the last tile's values
+        kb, vw, sz, kp, vp, zp, pt, alpha, m_i, l_i, z_i, acc = _tile_step(
+            n0, end, qt, kb, vw, sz, kp, vp, zp, pt, alpha, m_i, l_i, z_i, acc, red.index(0), KVW, kin, vin, zin,
+            bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC)
+        kb, vw, sz, kp, vp, zp, pt, alpha, m_i, l_i, z_i, acc = _tile_step(
+            n0 + BLOCK_N, end, qt, kb, vw, sz, kp, vp, zp, pt, alpha, m_i, l_i, z_i, acc, red.index(1), KVW, kin,
+            vin, zin, bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC)
+    acc = _values(vw, pt, alpha, acc, LC, BLOCK_N, DW)  # the last tile's values
 
     has = l_i > 0.0
     l_safe = gl.where(has, l_i, 1.0)
@@ -366,11 +321,11 @@ def _tq_decode_kernel_g(
     rows = gl.arange(0, R, layout=LR)
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
     gl.store(MidL + mid + rows, lse, mask=rows < G)
-    l3 = gl.expand_dims(gl.expand_dims(_to16(l_safe, 1.0, R, L16), 1), 0)
-    z3 = gl.expand_dims(gl.expand_dims(_to16(zo, 0.0, R, L16), 1), 0)
+    LCR: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(0, LC))
+    l3 = gl.expand_dims(gl.expand_dims(gl.convert_layout(l_safe, LCR), 0), 0)
+    z3 = gl.expand_dims(gl.expand_dims(gl.convert_layout(zo, LCR), 0), 0)
     o = acc / l3 + z3
-    ow = _idx3(4, 0, LC)
-    orow = _idx3(16, 1, LC)
-    on = _idx3(DW, 2, LC)
-    ocol = ow * DW + (on % 8) * 8 + on // 8
+    od = _idx3(DW, 1, LC)
+    orow = _idx3(R, 2, LC)
+    ocol = _idx3(4, 0, LC) * DW + (od % 8) * 8 + od // 8
     gl.store(MidO + (mid + orow) * D + ocol, o, mask=(orow < G) & (ocol >= 0))

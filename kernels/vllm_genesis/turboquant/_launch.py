@@ -55,7 +55,7 @@ class TileConfig:
     # warps (fp8 keys + 4-bit values, int32 words, D >= 128; ``words`` 2/4 = PTX conversions,
     # else shifts); "q": fp8 tensor-core scores, tokens (or with ``rows_m`` query rows) on M
     # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); "g": the Gluon decode (opt-in,
-    # slower than the default on the H200, docs/KERNELS.md; one query token, fp8 e4m3 keys +
+    # level with the default on the H200, docs/KERNELS.md; one query token, fp8 e4m3 keys +
     # 4-bit values, D = 256, NVIDIA GPUs with e4m3); all fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
