@@ -758,9 +758,9 @@ group = int(sys.argv[1])
 jit = KG._tq_decode_kernel_g
 names = jit.arg_names
 ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "MidO": "*fp32", "MidL": "*fp32"}
-page = int(sys.argv[2])
-consts = dict(HK=4, G=group, D=256, PAGE=page, BLOCK_N=KG.BLOCK_N, SKP=4 * 388, SKH=388,
-              **KG.g_layouts(256, page, group))
+page, block_n = int(sys.argv[2]), int(sys.argv[3])
+consts = dict(HK=4, G=group, D=256, PAGE=page, BLOCK_N=block_n, SKP=4 * 388, SKH=388,
+              **KG.g_layouts(256, page, group, block_n))
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
@@ -771,11 +771,11 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
 """
 
 
-@pytest.mark.parametrize("group,page", [(6, 16), (16, 16), (6, 128)])
-def test_gluon_decode_operands_stay_in_registers(group, page):
+@pytest.mark.parametrize("group,page,block_n", [(6, 16, 64), (16, 16, 64), (6, 128, 64), (6, 16, 32)])
+def test_gluon_decode_operands_stay_in_registers(group, page, block_n):
     """Kernel "g" builds for sm_90 (Triton's own ptxas; no GPU needed, and outside the
-    interpreter) for pages smaller and larger than its tiles and groups of up to 8 and 16
-    heads; its operand conversions (fp8 key words and 4-bit code words -> tensor-core operands)
+    interpreter) for pages smaller and larger than its tiles, groups of up to 8 and 16 heads
+    and 32- and 64-token tiles; its operand conversions (fp8 key words and 4-bit code words -> tensor-core operands)
     and that of the scale/zero words to the score tile's tokens are asserted trivial while it
     is built (no data moves between threads), and the only shared memory it uses is the
     exchange of the warps' partial score tiles (one store, four loads a tile)."""
@@ -785,7 +785,7 @@ def test_gluon_decode_operands_stay_in_registers(group, page):
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "kernels"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _GLUON_BUILD, str(group), str(page)], env=env, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", _GLUON_BUILD, str(group), str(page), str(block_n)], env=env, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
@@ -794,8 +794,9 @@ def test_gluon_decode_operands_stay_in_registers(group, page):
     # operand and rescale factors, the final sums and zero terms
     assert got["ttg.convert_layout"] == 2 * 4 + 4
     assert got["ttg.local_store"] == 2 and got["ttg.local_load"] == 2 * 4
-    # per tile 16 score and 16 value products for each 8 query rows, and the last tile's values
-    assert got["mma"] == (2 * 32 + 16) * (2 if group > 8 else 1)
+    # per 64-token tile 16 score and 16 value products for each 8 query rows, and the last
+    # tile's values
+    assert got["mma"] == (2 * 32 + 16) * (2 if group > 8 else 1) * block_n // 64
 
 
 def test_gluon_kernel_request_falls_back_where_it_cannot_run():
@@ -815,11 +816,15 @@ def test_gluon_kernel_request_falls_back_where_it_cannot_run():
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
-    "seqs,hq,page",
-    [([32775], 24, 16), ([203, 1, 0, 95, 33, 4099], 64, 16), ([4099, 77, 1, 130], 24, 128), ([999, 64], 32, 32)],
-    ids=["32K-gqa6", "B6-gqa16", "pages128", "pages32-gqa8"],
+    "seqs,hq,page,tiles",
+    [([32775], 24, 16, TileConfig(64, 4, 1, "g")),
+     ([203, 1, 0, 95, 33, 4099], 64, 16, TileConfig(64, 4, 1, "g")),
+     ([4099, 77, 1, 130], 24, 128, TileConfig(64, 4, 1, "g")),
+     ([999, 64], 32, 32, TileConfig(64, 4, 1, "g")),
+     ([131075, 31], 24, 16, TileConfig(32, 4, 1, "g", maxnreg=168))],
+    ids=["32K-gqa6", "B6-gqa16", "pages128", "pages32-gqa8", "128K-tiles32"],
 )
-def test_gluon_decode_on_gpu(seqs, hq, page, monkeypatch):
+def test_gluon_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
     from vllm_genesis.turboquant import _launch
 
     calls = []
@@ -830,7 +835,7 @@ def test_gluon_decode_on_gpu(seqs, hq, page, monkeypatch):
                     device="cuda")
     _poison_past_end(c, seqs, page)
     keep = [i for i, L in enumerate(seqs) if L > 0]
-    out = _run_decode(c, lay, tiles=TileConfig(64, 4, 1, "g"))
+    out = _run_decode(c, lay, tiles=tiles)
     assert calls, "kernel g was not launched"
     assert not torch.isnan(out[keep]).any()
     assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND

@@ -54,9 +54,11 @@ class TileConfig:
     # "n": rows on the MMA's M side; "w": one softmax state per warp, tokens split across
     # warps (fp8 keys + 4-bit values, int32 words, D >= 128; ``words`` 2/4 = PTX conversions,
     # else shifts); "q": fp8 tensor-core scores, tokens (or with ``rows_m`` query rows) on M
-    # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); "g": the Gluon decode (opt-in,
-    # level with the default on the H200, docs/KERNELS.md; one query token, fp8 e4m3 keys +
-    # 4-bit values, D = 256, NVIDIA GPUs with e4m3); all fall back to "n" elsewhere
+    # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); "g": the Gluon decode (opt-in;
+    # one query token, fp8 e4m3 keys + 4-bit values, D = 256, NVIDIA GPUs with e4m3; 32- or
+    # 64-token tiles; on the H200 with 32-token tiles, maxnreg=168 and 3 x SMs / (sequences x
+    # KV heads) splits 6-17% faster than the default from 48K tokens on, docs/KERNELS.md);
+    # all fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -225,15 +227,16 @@ def _g_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok,
 
 
 def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_scale, batch, group, head_dim, page,
-              maxnreg=None):
+              maxnreg=None, block_n=None):
     from ._kernel_g import BLOCK_N, NUM_WARPS, _tq_decode_kernel_g, g_layouts
 
+    block_n = block_n if block_n in (32, 64) else BLOCK_N
     hk = kv_cache.shape[2]
     _tq_decode_kernel_g[(num_splits, hk, batch)](
         qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0), block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2),
-        HK=hk, G=group, D=head_dim, PAGE=page, BLOCK_N=BLOCK_N, **g_layouts(head_dim, page, group),
+        HK=hk, G=group, D=head_dim, PAGE=page, BLOCK_N=block_n, **g_layouts(head_dim, page, group, block_n),
         num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
@@ -321,7 +324,8 @@ def run_attention(
     extra = {}
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
-        _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg)
+        _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
+                  tiles.block_n)
         kern = None
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
