@@ -138,7 +138,7 @@ def refresh(ws: Workspace, force: bool) -> Result:
     """Write the work tree's changes into the top patch (its header is kept)."""
     result = stackops.refresh(ws, force=force)
     text = f"refreshed {result.name} ({len(result.files)} file(s))" if result.changed else f"{result.name} unchanged"
-    if result.changed and len(ws.store.read_series().entries) > len(ws.stack().applied):
+    if result.above > 0:
         text += "\n(patches above it that now land at an offset: 'gqueue push --all --refresh' rewrites them)"
     return result.to_json(), text, ExitCode.OK
 

@@ -152,7 +152,7 @@ def push_refreshing(ws: Workspace, *, count: int | None = 1, target: str | None 
     series = series if series is not None else ws.store.read_series()
     names = [e.name for e in _select_pending(ws.stack(), series, count, target)]
     total = PushResult()
-    for _name in names:
+    for _ in names:
         step = push(ws, count=1, fuzz=fuzz, series=series, refresh_moved=True)
         total.pushed += step.pushed
         total.refreshed += step.refreshed
@@ -312,9 +312,10 @@ class RefreshResult:
     name: str
     changed: bool
     files: list[str]
+    above: int = 0  # patches of the series above it (when changed: they may now land at an offset)
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "changed": self.changed, "files": self.files}
+        return {"name": self.name, "changed": self.changed, "files": self.files, "above": self.above}
 
 
 def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
@@ -346,7 +347,7 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     ws.clear_journal()
     if forced_push:
         os.unlink(ws.needs_refresh_path)
-    return RefreshResult(top.name, True, files)
+    return RefreshResult(top.name, True, files, len(ws.store.read_series().entries) - len(stack.applied))
 
 
 def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str) -> None:
