@@ -57,9 +57,10 @@ def parse():
     ap.add_argument("--tiny", action="store_true", help="small shapes (CPU interpreter smoke run)")
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--rep-ms", type=int, default=200)
-    ap.add_argument("--flush", choices=("write", "read"), default="write",
+    ap.add_argument("--flush", choices=("write", "read", "none"), default="write",
                     help="empty the L2 before each replay by writing 256 MiB (leaves it full of dirty lines) "
-                         "or by reading 256 MiB (leaves it clean)")
+                         "or by reading 256 MiB (leaves it clean); 'none' keeps it (a diagnostic: a cache "
+                         "smaller than the L2 is then read from it)")
     ap.add_argument("--rows", default=None, help="comma-separated row indexes to run (default: all)")
     ap.add_argument("--row-spec", action="append", default=[],
                     help="an extra row 'kind,B,context,Hq,Hk,D,query_len' (repeatable; only these rows then)")
@@ -91,12 +92,16 @@ def flush_l2() -> None:
     ``write`` zeroes 256 MiB: the L2 is then full of dirty lines, and the timed kernel pays
     for writing them back as it evicts them. ``read`` sums 256 MiB that nothing writes: the
     L2 holds clean lines (as after a layer's weight reads) and eviction costs nothing.
+    ``none`` leaves what the previous replay read in the L2.
     """
+    mode = getattr(ARGS, "flush", "write")
+    if mode == "none":
+        return
     if not _FLUSH:
         _FLUSH.append(torch.empty(256 << 20, dtype=torch.int8, device=DEV))
         _FLUSH.append(torch.ones(64 << 20, dtype=torch.int32, device=DEV))
         _FLUSH.append(torch.empty((), dtype=torch.int64, device=DEV))
-    if getattr(ARGS, "flush", "write") == "read":
+    if mode == "read":
         torch.sum(_FLUSH[1], dim=0, out=_FLUSH[2])
     else:
         _FLUSH[0].zero_()

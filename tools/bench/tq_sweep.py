@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--row", type=int, action="append", default=[], help="index into kernels.py's ROWS")
     ap.add_argument("--row-spec", action="append", default=[], help="a row 'kind,B,context,Hq,Hk,D,query_len'")
     ap.add_argument("--tiles", action="append", default=[])
-    ap.add_argument("--flush", choices=("write", "read"), default="read")
+    ap.add_argument("--flush", choices=("write", "read", "none"), default="read")
     ap.add_argument("--preset", default="turboquant_k8v4", help="cache preset of every row")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
