@@ -241,6 +241,30 @@ def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_
     )
 
 
+def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok, kv_cache) -> bool:
+    """kernel "h" (warp-group products): as kernel "g", but groups of at most 8 heads, pages of
+    at least 16 tokens, and a Hopper GPU."""
+    page = kv_cache.shape[1]
+    return (
+        words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 8 and query_len == 1
+        and not raw_tail and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda
+        and torch.cuda.get_device_capability(kv_cache.device)[0] == 9
+    )
+
+
+def _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_scale, batch, group, head_dim, page,
+              stages=3, maxnreg=None):
+    from ._kernel_h import NUM_WARPS, _tq_decode_kernel_h, h_layouts
+
+    hk = kv_cache.shape[2]
+    _tq_decode_kernel_h[(num_splits, hk, batch)](
+        qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
+        qr.stride(0), qr.stride(1), kv_cache.stride(0), block_table.stride(0), num_splits, qk_scale,
+        SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
+        STAGES=max(2, stages), **h_layouts(), num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+    )
+
+
 def split_workspace(
     batch: int, num_kv_heads: int, num_splits: int, rows: int, head_dim: int, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -326,6 +350,10 @@ def run_attention(
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
+        kern = None
+    elif tiles.kernel == "h" and _h_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
+        _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.num_stages,
+                  tiles.maxnreg)
         kern = None
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q

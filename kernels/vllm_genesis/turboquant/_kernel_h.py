@@ -1,0 +1,220 @@
+"""Stage 1 of the k8v4 decode on Hopper warp-group products (Gluon).
+
+One program (one warp group) per (split, KV head, sequence), 64-token tiles, the query rows
+of the group (up to 8) on the products' N side:
+
+* scores^T = K Q^T: the tile's fp8 keys are copied into shared memory as they lie in the
+  cache (``cp.async``, a ring of stages) and are the A operand of fp8 warp-group products
+  read from there: no per-thread key registers and no conversions. The query is split into
+  two fp8 parts (hi + lo, exact for bf16 queries of normal range, as kernel "q") kept in
+  shared memory as the B operand;
+* the softmax runs on the scores^T accumulator (tokens on M across the four warps);
+* output^T = V^T P^T: the probabilities (times the value scales) go to shared memory as the
+  B operand; the 4-bit codes are loaded into the registers of the A operand, each thread's
+  eight output rows being the eight codes of one int32 word of a token, two tokens' words
+  paired into f16x2 registers (``prmt``), so no code passes through shared memory; the rows
+  are put back in cache order when the partials are stored.
+
+Decode only (one query token per sequence), fp8 e4m3 keys + 4-bit values, D = 256, groups of
+up to 8 heads, pages of a power of two of at least 16 tokens, NVIDIA Hopper.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from ._kernel_g import _codes_f16, _cta_barrier
+
+BLOCK_N = 64
+NUM_WARPS = 4
+ROWS = 8  # query rows on N
+
+
+def h_layouts() -> dict:
+    """Register and shared-memory layouts of kernel "h" (D = 256, 64-token tiles, 4 warps)."""
+    return dict(
+        # scores^T [tokens, rows] (fp8 products, k = 32) and output^T [D, rows] (fp16, k = 16)
+        LS=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 8, 32]),
+        LO=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 8, 16]),
+        # code words [32 words, 64 tokens]: word 8 w + lane // 4 (warp w), tokens
+        # 2 (lane % 4) + {0, 1} + {0, 8} + {0, 16, 32, 48}: consecutive tokens in consecutive
+        # registers, which the f16x2 pairing needs
+        LW=gl.DistributedLinearLayout([[0, 1], [0, 8], [0, 16], [0, 32]], [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
+                                      [[8, 0], [16, 0]], [], [32, BLOCK_N]),
+        # key copies [64 tokens, 256 bytes]: warp w copies tokens 16 w .. (one page part),
+        # 32 lanes x 4 bytes along a token
+        LKC=gl.BlockedLayout([16, 4], [1, 32], [4, 1], [1, 0]),
+        LQ=gl.BlockedLayout([1, 2], [1, 32], [1, 4], [1, 0]),
+        SK=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2),
+        SP=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2),
+    )
+
+
+@gluon.jit
+def _q_split(q):
+    """fp32 rows -> (hi, lo, 2^-k per row): fp8 e4m3 parts with hi + lo == q * 2^k (kernel "q"'s
+    split: exact for bf16/fp16 inputs of normal range)."""
+    amax = gl.max(gl.abs(q), 1)
+    e = ((amax.to(gl.int32, bitcast=True) >> 23) & 255) - 127
+    e = gl.where(amax > 0.0, e, 0)
+    sc = ((134 - e) << 23).to(gl.float32, bitcast=True)
+    qs = q * gl.expand_dims(sc, 1)
+    bits = qs.to(gl.int32, bitcast=True)
+    bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576
+    hi = bits.to(gl.float32, bitcast=True)
+    return hi.to(gl.float8e4nv), (qs - hi).to(gl.float8e4nv), ((e + 120) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _key_ptrs(K8, bt_row, n0, last_page, kt, kd, stride_kb, PAGE: gl.constexpr, SKP: gl.constexpr):
+    """Pointers of the tile at n0's key bytes [tokens, D] (pages past the last: the last)."""
+    pos = n0 + kt
+    blk = gl.load(bt_row + gl.minimum(pos // PAGE, last_page)).to(gl.int64)
+    return K8 + gl.expand_dims(blk * stride_kb + (pos % PAGE) * SKP, 1) + gl.expand_dims(kd, 0)
+
+
+@gluon.jit
+def _value_operand(cw, LO: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Code words [D / 8, tokens] -> the A operand V^T [D, tokens] in fp16. Row m of the operand
+    is code j of word i with m = 128 j2 + 64 j1 + 16 (i // 8) + 8 j0 + i % 8 (j = 4 j2 + 2 j1 + j0)."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(cw)
+    cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
+    cj = gl.reshape(cj, [4, 8, BLOCK_N, 2, 2, 2])
+    cj = gl.reshape(gl.permute(cj, (5, 4, 0, 3, 1, 2)), [D, BLOCK_N])
+    return gl.convert_layout(cj, gl.DotOperandLayout(0, LO, 2), assert_trivial=True)
+
+
+@gluon.jit(do_not_specialize=["num_splits"])
+def _tq_decode_kernel_h(
+    QR,  # [T, Hq, D] query
+    KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
+    BT,  # int32 [B, max_blocks]
+    SeqLens,  # int32 [B]
+    MidO,  # fp32 [B, HK, S, G, D]
+    MidL,  # fp32 [B, HK, S, G]
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_bt,
+    num_splits,
+    qk_scale,
+    SKP: gl.constexpr,
+    SKH: gl.constexpr,
+    HK: gl.constexpr,
+    G: gl.constexpr,
+    D: gl.constexpr,
+    PAGE: gl.constexpr,
+    STAGES: gl.constexpr,
+    LS: gl.constexpr,
+    LO: gl.constexpr,
+    LW: gl.constexpr,
+    LKC: gl.constexpr,
+    LQ: gl.constexpr,
+    SK: gl.constexpr,
+    SP: gl.constexpr,
+):
+    BN: gl.constexpr = 64
+    R: gl.constexpr = 8
+    sid = gl.program_id(0)
+    hk = gl.program_id(1)
+    b = gl.program_id(2)
+    seq_len = gl.load(SeqLens + b)
+    per_split = gl.cdiv(gl.cdiv(seq_len, num_splits), BN) * BN
+    start = sid * per_split
+    end = gl.minimum(start + per_split, seq_len)
+    ntiles = gl.cdiv(gl.maximum(end - start, 0), BN)
+    last_page = gl.maximum(end - 1, 0) // PAGE
+    bt_row = BT + b.to(gl.int64) * stride_bt
+
+    # the query rows as two fp8 parts in shared memory (the scores' B operand, K-major)
+    qrow = gl.arange(0, R, layout=gl.SliceLayout(1, LQ))
+    qcol = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
+    q_ptr = QR + b.to(gl.int64) * stride_qt + gl.expand_dims((hk * G + qrow) * stride_qh, 1) + gl.expand_dims(qcol, 0)
+    qmask = gl.expand_dims(qrow < G, 1) & gl.expand_dims(qcol >= 0, 0)
+    qh, ql, inv = _q_split(gl.load(q_ptr, mask=qmask, other=0.0).to(gl.float32))
+    qh_s = gl.allocate_shared_memory(gl.float8e4nv, [R, D], SK, qh)
+    ql_s = gl.allocate_shared_memory(gl.float8e4nv, [R, D], SK, ql)
+    LRS: gl.constexpr = gl.SliceLayout(0, LS)
+    LRO: gl.constexpr = gl.SliceLayout(0, LO)
+    rsc = gl.convert_layout(inv, LRS) * qk_scale
+
+    # key tiles: a ring of STAGES in shared memory, STAGES - 1 tiles requested ahead
+    ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
+    psm = gl.allocate_shared_memory(gl.float16, [BN, R], SP)
+    K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
+    kt = gl.arange(0, BN, layout=gl.SliceLayout(1, LKC))
+    kd = gl.arange(0, D, layout=gl.SliceLayout(0, LKC))
+    for j in gl.static_range(STAGES - 1):
+        async_copy.async_copy_global_to_shared(
+            ksm.index(j), _key_ptrs(K8, bt_row, start + j * BN, last_page, kt, kd, stride_kb, PAGE, SKP))
+        async_copy.commit_group()
+
+    # code words [D / 8, tokens] and scale/zero words per token (plain loads)
+    KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
+    wi = gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, LW)), 1) + D // 4
+    wt = gl.arange(0, BN, layout=gl.SliceLayout(0, LW))
+    st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
+
+    m_i = gl.full([R], float("-inf"), gl.float32, layout=LRS)
+    l_e = gl.zeros([BN, R], gl.float32, layout=LS)
+    z_e = gl.zeros([BN, R], gl.float32, layout=LS)
+    acc = gl.zeros([D, R], gl.float32, layout=LO)
+    for it in range(0, ntiles):
+        n0 = start + it * BN
+        pw = n0 + wt
+        bw = gl.load(bt_row + gl.minimum(pw // PAGE, last_page)).to(gl.int64)
+        cw = gl.load(KW + gl.expand_dims(bw * (stride_kb // 4) + (pw % PAGE) * (SKP // 4), 0) + wi)
+        ps_ = n0 + st
+        bs = gl.load(bt_row + gl.minimum(ps_ // PAGE, last_page)).to(gl.int64)
+        szw = gl.load(KW + bs * (stride_kb // 4) + (ps_ % PAGE) * (SKP // 4) + (D + D // 2) // 4)
+
+        async_copy.wait_group(STAGES - 2)
+        fence_async_shared()
+        _cta_barrier()
+        # refill the stage the previous tile used (every warp is past its products)
+        async_copy.async_copy_global_to_shared(
+            ksm.index((it + STAGES - 1) % STAGES),
+            _key_ptrs(K8, bt_row, n0 + (STAGES - 1) * BN, last_page, kt, kd, stride_kb, PAGE, SKP))
+        async_copy.commit_group()
+        kcur = ksm.index(it % STAGES)
+        s = warpgroup_mma(kcur, ql_s.permute((1, 0)), gl.zeros([BN, R], gl.float32, layout=LS))
+        s = warpgroup_mma(kcur, qh_s.permute((1, 0)), s)
+        s = s * gl.expand_dims(rsc, 0)
+        valid = ps_ < end
+        s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_use)
+        p = gl.exp2(s - gl.expand_dims(m_use, 0))
+        m_i = m_new
+        szw = gl.where(valid, szw, 0)
+        vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+        vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+        a2 = gl.expand_dims(alpha, 0)
+        l_e = l_e * a2 + p
+        z_e = z_e * a2 + p * gl.expand_dims(vz, 1)
+        psm.store((p * gl.expand_dims(vs, 1)).to(gl.float16))
+        fence_async_shared()
+        _cta_barrier()
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)
+        acc = warpgroup_mma(_value_operand(cw, LO, D, BN), psm, acc)
+    async_copy.wait_group(0)
+
+    l_i = gl.sum(l_e, 0)
+    z_i = gl.sum(z_e, 0)
+    has = l_i > 0.0
+    l_safe = gl.where(has, l_i, 1.0)
+    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
+    zo = gl.where(has, z_i / l_safe, 0.0)
+    rows = gl.arange(0, R, layout=LRS)
+    mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
+    gl.store(MidL + mid + rows, lse, mask=rows < G)
+    o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 0) + gl.expand_dims(gl.convert_layout(zo, LRO), 0)
+    om = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(1, LO)), 1)
+    orow = gl.expand_dims(gl.arange(0, R, layout=LRO), 0)
+    # operand row m -> head column: word 8 (m // 16 % 4) + m % 8, code 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2
+    ocol = 64 * ((om >> 4) & 3) + 8 * (om & 7) + 4 * ((om >> 7) & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
+    gl.store(MidO + (mid + orow) * D + ocol, o, mask=(orow < G) & (ocol >= 0))
