@@ -44,10 +44,14 @@ def h_layouts() -> dict:
         # registers, which the f16x2 pairing needs
         LW=gl.DistributedLinearLayout([[0, 1], [0, 8], [0, 16], [0, 32]], [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
                                       [[8, 0], [16, 0]], [], [32, BLOCK_N]),
-        # key copies [64 tokens, 256 bytes]: warp w copies tokens 16 w .. (one page part),
-        # 32 lanes x 4 bytes along a token
-        LKC=gl.BlockedLayout([16, 4], [1, 32], [4, 1], [1, 0]),
-        LQ=gl.BlockedLayout([1, 2], [1, 32], [1, 4], [1, 0]),
+        # the same words as [32 words, 4 page parts, 16 rows] (one block-table entry a part)
+        LW3=gl.DistributedLinearLayout([[0, 0, 1], [0, 0, 8], [0, 1, 0], [0, 2, 0]],
+                                       [[0, 0, 2], [0, 0, 4], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+                                       [[8, 0, 0], [16, 0, 0]], [], [32, 4, 16]),
+        # key copies [4 page parts, 16 rows, 256 bytes]: warp w copies part w, 32 lanes x 4
+        # bytes along a token
+        LKC=gl.BlockedLayout([1, 16, 4], [1, 1, 32], [4, 1, 1], [2, 1, 0]),
+        LQ=gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]),  # a query row within one warp
         SK=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2),
         SP=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2),
     )
@@ -69,11 +73,32 @@ def _q_split(q):
 
 
 @gluon.jit
-def _key_ptrs(K8, bt_row, n0, last_page, kt, kd, stride_kb, PAGE: gl.constexpr, SKP: gl.constexpr):
-    """Pointers of the tile at n0's key bytes [tokens, D] (pages past the last: the last)."""
-    pos = n0 + kt
+def _part_base(bt_row, n0, part, last_page, stride_kb, PAGE: gl.constexpr, SKP: gl.constexpr):
+    """Byte offsets of the 16-token page parts ``part`` of the tile at n0 (pages past the last:
+    the last), one block-table entry each."""
+    pos = n0 + part * 16
     blk = gl.load(bt_row + gl.minimum(pos // PAGE, last_page)).to(gl.int64)
-    return K8 + gl.expand_dims(blk * stride_kb + (pos % PAGE) * SKP, 1) + gl.expand_dims(kd, 0)
+    return blk * stride_kb + (pos % PAGE) * SKP
+
+
+@gluon.jit
+def _key_ptrs(K8, bt_row, n0, last_page, kpart, krow, stride_kb, BN: gl.constexpr, D: gl.constexpr,
+              PAGE: gl.constexpr, SKP: gl.constexpr):
+    """Pointers of the tile at n0's key bytes as [page parts, rows, D]."""
+    return K8 + _part_base(bt_row, n0, kpart, last_page, stride_kb, PAGE, SKP) + krow
+
+
+@gluon.jit
+def _code_words(KW, bt_row, n0, last_page, wpart, wrow, stride_kb, PAGE: gl.constexpr, SKP: gl.constexpr):
+    """The tile at n0's code words as [words, page parts, rows]."""
+    return gl.load(KW + _part_base(bt_row, n0, wpart, last_page, stride_kb, PAGE, SKP) // 4 + wrow)
+
+
+@gluon.jit
+def _sz_words(KW, bt_row, pos, last_page, stride_kb, D: gl.constexpr, PAGE: gl.constexpr, SKP: gl.constexpr):
+    """The scale/zero words of positions ``pos``."""
+    blk = gl.load(bt_row + gl.minimum(pos // PAGE, last_page)).to(gl.int64)
+    return gl.load(KW + blk * (stride_kb // 4) + (pos % PAGE) * (SKP // 4) + (D + D // 2) // 4)
 
 
 @gluon.jit
@@ -111,10 +136,12 @@ def _tq_decode_kernel_h(
     LS: gl.constexpr,
     LO: gl.constexpr,
     LW: gl.constexpr,
+    LW3: gl.constexpr,
     LKC: gl.constexpr,
     LQ: gl.constexpr,
     SK: gl.constexpr,
     SP: gl.constexpr,
+    CPF: gl.constexpr = False,  # code and scale/zero words loaded a tile ahead
 ):
     BN: gl.constexpr = 64
     R: gl.constexpr = 8
@@ -145,39 +172,57 @@ def _tq_decode_kernel_h(
     ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
     psm = gl.allocate_shared_memory(gl.float16, [BN, R], SP)
     K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
-    kt = gl.arange(0, BN, layout=gl.SliceLayout(1, LKC))
-    kd = gl.arange(0, D, layout=gl.SliceLayout(0, LKC))
+    kpart = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, LKC))), 1), 2)
+    krow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LKC))), 0), 2)
+            * SKP + gl.expand_dims(gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, gl.SliceLayout(1, LKC))), 0),
+                                   1))
     for j in gl.static_range(STAGES - 1):
+        nj = start + j * BN
         async_copy.async_copy_global_to_shared(
-            ksm.index(j), _key_ptrs(K8, bt_row, start + j * BN, last_page, kt, kd, stride_kb, PAGE, SKP))
+            ksm.index(j).reshape([4, 16, D]), _key_ptrs(K8, bt_row, nj, last_page, kpart, krow, stride_kb, BN, D, PAGE, SKP),
+            mask=nj + kpart * 16 < end)
         async_copy.commit_group()
 
-    # code words [D / 8, tokens] and scale/zero words per token (plain loads)
+    # code words [D / 8, tokens] (as [words, page parts, rows]) and scale/zero words per token
+    # (plain loads)
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
-    wi = gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, LW)), 1) + D // 4
-    wt = gl.arange(0, BN, layout=gl.SliceLayout(0, LW))
+    wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
+                        2) + D // 4
+    wpart = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0), 2)
+    wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
+                          1) * (SKP // 4) + wi
     st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
 
     m_i = gl.full([R], float("-inf"), gl.float32, layout=LRS)
     l_e = gl.zeros([BN, R], gl.float32, layout=LS)
     z_e = gl.zeros([BN, R], gl.float32, layout=LS)
     acc = gl.zeros([D, R], gl.float32, layout=LO)
+    if CPF:
+        cw_n = _code_words(KW, bt_row, start, last_page, wpart, wrow, stride_kb, PAGE, SKP)
+        sz_n = _sz_words(KW, bt_row, start + st, last_page, stride_kb, D, PAGE, SKP)
     for it in range(0, ntiles):
         n0 = start + it * BN
-        pw = n0 + wt
-        bw = gl.load(bt_row + gl.minimum(pw // PAGE, last_page)).to(gl.int64)
-        cw = gl.load(KW + gl.expand_dims(bw * (stride_kb // 4) + (pw % PAGE) * (SKP // 4), 0) + wi)
         ps_ = n0 + st
-        bs = gl.load(bt_row + gl.minimum(ps_ // PAGE, last_page)).to(gl.int64)
-        szw = gl.load(KW + bs * (stride_kb // 4) + (ps_ % PAGE) * (SKP // 4) + (D + D // 2) // 4)
+        if CPF:
+            cw3 = cw_n
+            szw = sz_n
+        else:
+            cw3 = _code_words(KW, bt_row, n0, last_page, wpart, wrow, stride_kb, PAGE, SKP)
+            szw = _sz_words(KW, bt_row, ps_, last_page, stride_kb, D, PAGE, SKP)
 
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
         _cta_barrier()
+        if CPF:  # the next tile's code and scale/zero words
+            cw_n = _code_words(KW, bt_row, n0 + BN, last_page, wpart, wrow, stride_kb, PAGE, SKP)
+            sz_n = _sz_words(KW, bt_row, ps_ + BN, last_page, stride_kb, D, PAGE, SKP)
+        cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         # refill the stage the previous tile used (every warp is past its products)
+        n_ahead = n0 + (STAGES - 1) * BN
         async_copy.async_copy_global_to_shared(
-            ksm.index((it + STAGES - 1) % STAGES),
-            _key_ptrs(K8, bt_row, n0 + (STAGES - 1) * BN, last_page, kt, kd, stride_kb, PAGE, SKP))
+            ksm.index((it + STAGES - 1) % STAGES).reshape([4, 16, D]),
+            _key_ptrs(K8, bt_row, n_ahead, last_page, kpart, krow, stride_kb, BN, D, PAGE, SKP),
+            mask=n_ahead + kpart * 16 < end)
         async_copy.commit_group()
         kcur = ksm.index(it % STAGES)
         s = warpgroup_mma(kcur, ql_s.permute((1, 0)), gl.zeros([BN, R], gl.float32, layout=LS))

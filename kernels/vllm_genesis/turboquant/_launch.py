@@ -253,7 +253,7 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok,
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_scale, batch, group, head_dim, page,
-              stages=3, maxnreg=None):
+              stages=3, maxnreg=None, prefetch=False):
     from ._kernel_h import NUM_WARPS, _tq_decode_kernel_h, h_layouts
 
     hk = kv_cache.shape[2]
@@ -261,7 +261,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_
         qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0), block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
-        STAGES=max(2, stages), **h_layouts(), num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+        STAGES=max(2, stages), **h_layouts(), CPF=bool(prefetch), num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
 
@@ -353,7 +353,7 @@ def run_attention(
         kern = None
     elif tiles.kernel == "h" and _h_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
         _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.num_stages,
-                  tiles.maxnreg)
+                  tiles.maxnreg, tiles.prefetch)
         kern = None
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
