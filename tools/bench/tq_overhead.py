@@ -9,7 +9,7 @@ before every replay (``kernels.py --flush``), plus optional split counts for our
 ``--cache-tail`` verify rows read their K+1 tail from the cache (stage 1, causal) instead of
 the raw tensors (the combine).
 
-    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--cache-tail] [--json out.json]
+    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--cache-tail] [--tiles EXPR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ class _Skip:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
 
+    def __call__(self, *args, **kwargs):  # the Gluon kernels' launch helpers
+        return None
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="0,1,2,3", help="indexes into kernels.py's ROWS")
     ap.add_argument("--row-spec", action="append", default=[], help="a row 'kind,B,context,Hq,Hk,D,query_len' instead")
     ap.add_argument("--splits", default="", help="extra split counts to time for ours (comma-separated)")
+    ap.add_argument("--tiles", default=None, help="a TileConfig expression for ours (default: the launcher's own)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--cache-tail", action="store_true",
                     help="verify rows: read the K+1 tail from the cache (key=value=None) instead of the raw tensors")
@@ -45,6 +49,8 @@ def main() -> int:
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant import _launch
+
+    tiles = eval(a.tiles, {"T": _launch.TileConfig, "TileConfig": _launch.TileConfig}) if a.tiles else None
 
     bench.ARGS = argparse.Namespace(flush="write", rep_ms=100, tune=False, tiny=False)
     copy = bench.copy_rate()
@@ -64,10 +70,11 @@ def main() -> int:
 
         def ours(splits=None):
             if kind == "decode":
-                return lambda: tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=out, num_splits=splits)
+                return lambda: tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=out, num_splits=splits,
+                                                   tiles=tiles)
             raw = None if a.cache_tail else kt
             return lambda: tq_verify_attention(q, raw, raw, cache, bt, seq_lens, qsl, QL, layout=lay, out=out,
-                                               num_splits=splits)
+                                               num_splits=splits, tiles=tiles)
 
         def sdpa():
             return torch.nn.functional.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, enable_gqa=True)
@@ -85,7 +92,7 @@ def main() -> int:
                         setattr(_launch, n, k)
             return run
 
-        stage1 = ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w")
+        stage1 = ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w", "_launch_g", "_launch_h")
         cases = [("empty graph", lambda: tiny.add_(1.0)), ("ours", ours()),
                  ("ours, stage 1 only", without(("_tq_combine_kernel",), ours())),
                  ("ours, combine only", without(stage1, ours())), ("sdpa", sdpa)]

@@ -30,6 +30,9 @@ from ._kernel_g import _codes_f16, _cta_barrier
 
 BLOCK_N = 64
 NUM_WARPS = 4
+# the cp.async copy's name differs between Gluon versions (3.6: async_copy_global_to_shared,
+# later: async_load)
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 ROWS = 8  # query rows on N
 
 
@@ -73,32 +76,16 @@ def _q_split(q):
 
 
 @gluon.jit
-def _part_base(bt_row, n0, part, last_page, stride_kb, PAGE: gl.constexpr, SKP: gl.constexpr):
-    """Byte offsets of the 16-token page parts ``part`` of the tile at n0 (pages past the last:
-    the last), one block-table entry each."""
-    pos = n0 + part * 16
-    blk = gl.load(bt_row + gl.minimum(pos // PAGE, last_page)).to(gl.int64)
-    return blk * stride_kb + (pos % PAGE) * SKP
+def _blocks(bt_row, pos, last_page, PAGE: gl.constexpr):
+    """Block ids of positions ``pos`` (pages past the last: the last). Loaded a step before
+    their use, so that no address waits for the block table."""
+    return gl.load(bt_row + gl.minimum(pos // PAGE, last_page))
 
 
 @gluon.jit
-def _key_ptrs(K8, bt_row, n0, last_page, kpart, krow, stride_kb, BN: gl.constexpr, D: gl.constexpr,
-              PAGE: gl.constexpr, SKP: gl.constexpr):
-    """Pointers of the tile at n0's key bytes as [page parts, rows, D]."""
-    return K8 + _part_base(bt_row, n0, kpart, last_page, stride_kb, PAGE, SKP) + krow
-
-
-@gluon.jit
-def _code_words(KW, bt_row, n0, last_page, wpart, wrow, stride_kb, PAGE: gl.constexpr, SKP: gl.constexpr):
-    """The tile at n0's code words as [words, page parts, rows]."""
-    return gl.load(KW + _part_base(bt_row, n0, wpart, last_page, stride_kb, PAGE, SKP) // 4 + wrow)
-
-
-@gluon.jit
-def _sz_words(KW, bt_row, pos, last_page, stride_kb, D: gl.constexpr, PAGE: gl.constexpr, SKP: gl.constexpr):
-    """The scale/zero words of positions ``pos``."""
-    blk = gl.load(bt_row + gl.minimum(pos // PAGE, last_page)).to(gl.int64)
-    return gl.load(KW + blk * (stride_kb // 4) + (pos % PAGE) * (SKP // 4) + (D + D // 2) // 4)
+def _word_offsets(blk, pos, stride_kw, PAGE: gl.constexpr, SKP: gl.constexpr):
+    """int32-word offsets of the rows at ``pos`` (their pages' block ids ``blk``)."""
+    return blk.to(gl.int64) * stride_kw + (pos % PAGE) * (SKP // 4)
 
 
 @gluon.jit
@@ -122,7 +109,7 @@ def _tq_decode_kernel_h(
     MidL,  # fp32 [B, HK, S, G]
     stride_qt,
     stride_qh,
-    stride_kb,
+    stride_kw,  # the cache's block stride in int32 words
     stride_bt,
     num_splits,
     qk_scale,
@@ -141,7 +128,6 @@ def _tq_decode_kernel_h(
     LQ: gl.constexpr,
     SK: gl.constexpr,
     SP: gl.constexpr,
-    CPF: gl.constexpr = False,  # code and scale/zero words loaded a tile ahead
 ):
     BN: gl.constexpr = 64
     R: gl.constexpr = 8
@@ -176,54 +162,51 @@ def _tq_decode_kernel_h(
     krow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LKC))), 0), 2)
             * SKP + gl.expand_dims(gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, gl.SliceLayout(1, LKC))), 0),
                                    1))
+    kpos = kpart * 16
     for j in gl.static_range(STAGES - 1):
-        nj = start + j * BN
-        async_copy.async_copy_global_to_shared(
-            ksm.index(j).reshape([4, 16, D]), _key_ptrs(K8, bt_row, nj, last_page, kpart, krow, stride_kb, BN, D, PAGE, SKP),
-            mask=nj + kpart * 16 < end)
+        pj = start + j * BN + kpos
+        _async_load(
+            ksm.index(j).reshape([4, 16, D]), K8 + 4 * _word_offsets(_blocks(bt_row, pj, last_page, PAGE), pj, stride_kw, PAGE, SKP)
+            + krow, mask=pj < end)
         async_copy.commit_group()
+    kblk = _blocks(bt_row, start + (STAGES - 1) * BN + kpos, last_page, PAGE)
 
     # code words [D / 8, tokens] (as [words, page parts, rows]) and scale/zero words per token
     # (plain loads)
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
     wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
                         2) + D // 4
-    wpart = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0), 2)
+    wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0), 2) * 16
     wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
                           1) * (SKP // 4) + wi
     st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
+    SZW: gl.constexpr = (D + D // 2) // 4
+    wblk = _blocks(bt_row, start + wpos, last_page, PAGE)
+    sblk = _blocks(bt_row, start + st, last_page, PAGE)
 
     m_i = gl.full([R], float("-inf"), gl.float32, layout=LRS)
     l_e = gl.zeros([BN, R], gl.float32, layout=LS)
     z_e = gl.zeros([BN, R], gl.float32, layout=LS)
     acc = gl.zeros([D, R], gl.float32, layout=LO)
-    if CPF:
-        cw_n = _code_words(KW, bt_row, start, last_page, wpart, wrow, stride_kb, PAGE, SKP)
-        sz_n = _sz_words(KW, bt_row, start + st, last_page, stride_kb, D, PAGE, SKP)
     for it in range(0, ntiles):
         n0 = start + it * BN
         ps_ = n0 + st
-        if CPF:
-            cw3 = cw_n
-            szw = sz_n
-        else:
-            cw3 = _code_words(KW, bt_row, n0, last_page, wpart, wrow, stride_kb, PAGE, SKP)
-            szw = _sz_words(KW, bt_row, ps_, last_page, stride_kb, D, PAGE, SKP)
+        cw3 = gl.load(KW + _word_offsets(wblk, n0 + wpos, stride_kw, PAGE, SKP) + wrow)
+        szw = gl.load(KW + _word_offsets(sblk, ps_, stride_kw, PAGE, SKP) + SZW)
+        wblk = _blocks(bt_row, n0 + BN + wpos, last_page, PAGE)
+        sblk = _blocks(bt_row, ps_ + BN, last_page, PAGE)
 
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
         _cta_barrier()
-        if CPF:  # the next tile's code and scale/zero words
-            cw_n = _code_words(KW, bt_row, n0 + BN, last_page, wpart, wrow, stride_kb, PAGE, SKP)
-            sz_n = _sz_words(KW, bt_row, ps_ + BN, last_page, stride_kb, D, PAGE, SKP)
         cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         # refill the stage the previous tile used (every warp is past its products)
-        n_ahead = n0 + (STAGES - 1) * BN
-        async_copy.async_copy_global_to_shared(
+        pa = n0 + (STAGES - 1) * BN + kpos
+        _async_load(
             ksm.index((it + STAGES - 1) % STAGES).reshape([4, 16, D]),
-            _key_ptrs(K8, bt_row, n_ahead, last_page, kpart, krow, stride_kb, BN, D, PAGE, SKP),
-            mask=n_ahead + kpart * 16 < end)
+            K8 + 4 * _word_offsets(kblk, pa, stride_kw, PAGE, SKP) + krow, mask=pa < end)
         async_copy.commit_group()
+        kblk = _blocks(bt_row, pa + BN, last_page, PAGE)
         kcur = ksm.index(it % STAGES)
         s = warpgroup_mma(kcur, ql_s.permute((1, 0)), gl.zeros([BN, R], gl.float32, layout=LS))
         s = warpgroup_mma(kcur, qh_s.permute((1, 0)), s)

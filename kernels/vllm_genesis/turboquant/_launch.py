@@ -57,8 +57,10 @@ class TileConfig:
     # (fp8 e4m3 keys + 4-bit values, int32 words, D >= 64); "g": the Gluon decode (opt-in;
     # one query token, fp8 e4m3 keys + 4-bit values, D = 256, NVIDIA GPUs with e4m3; 32- or
     # 64-token tiles; on the H200 with 32-token tiles, maxnreg=168 and 3 x SMs / (sequences x
-    # KV heads) splits 6-17% faster than the default from 48K tokens on, docs/KERNELS.md);
-    # all fall back to "n" elsewhere
+    # KV heads) splits 6-17% faster than the default from 48K tokens on, docs/KERNELS.md); "h":
+    # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
+    # D = 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the launcher
+    # runs by default where it applies; all fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -248,20 +250,25 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok,
     return (
         words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 8 and query_len == 1
         and not raw_tail and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda
-        and torch.cuda.get_device_capability(kv_cache.device)[0] == 9
+        and _hopper(kv_cache.device.index or 0)
     )
 
 
+@lru_cache(maxsize=None)
+def _hopper(device_index: int) -> bool:
+    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] == 9
+
+
 def _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_scale, batch, group, head_dim, page,
-              stages=3, maxnreg=None, prefetch=False):
+              stages=3, maxnreg=None):
     from ._kernel_h import NUM_WARPS, _tq_decode_kernel_h, h_layouts
 
     hk = kv_cache.shape[2]
     _tq_decode_kernel_h[(num_splits, hk, batch)](
         qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
-        qr.stride(0), qr.stride(1), kv_cache.stride(0), block_table.stride(0), num_splits, qk_scale,
+        qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
-        STAGES=max(2, stages), **h_layouts(), CPF=bool(prefetch), num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+        STAGES=max(2, stages), **h_layouts(), num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
 
@@ -325,6 +332,7 @@ def run_attention(
     if max_context is None:
         max_context = block_table.shape[1] * page
     words_ok = cache_words_ok(layout, kv_cache)
+    planned = tiles is None
     tiles, S = cache_plan(kv_cache, batch, D, G, QL, layout, max_context, tiles=tiles, num_splits=num_splits)
     if dot_bf16 is None:
         dot_bf16 = False  # fp16 products: exact for fp8 keys and bf16 queries of normal range
@@ -351,9 +359,10 @@ def run_attention(
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
         kern = None
-    elif tiles.kernel == "h" and _h_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
-        _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.num_stages,
-                  tiles.maxnreg, tiles.prefetch)
+    elif (planned or tiles.kernel == "h") and _h_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
+        # the default decode on Hopper where kernel "h" covers it (the plan's split count)
+        _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page,
+                  tiles.num_stages if tiles.kernel == "h" else 2, tiles.maxnreg if tiles.kernel == "h" else None)
         kern = None
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
