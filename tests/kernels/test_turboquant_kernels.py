@@ -806,11 +806,14 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from vllm_genesis.turboquant import _kernel_h as KH
 
-group, page, stages = (int(x) for x in sys.argv[1:4])
+group, page, stages, ql, qpp = (int(x) for x in sys.argv[1:6])
 jit = KH._tq_decode_kernel_h
 names = jit.arg_names
-ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "MidO": "*fp32", "MidL": "*fp32"}
-consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, **KH.h_layouts())
+ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
+        "MidL": "*fp32"}
+rows = max(8, 1 << (qpp * group - 1).bit_length())
+consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, **KH.h_layouts(rows), QL=ql,
+              QPP=qpp, RSPLIT=-(-ql // qpp), HAS_QSTART=ql > 1)
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
@@ -821,10 +824,12 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.local_store", "ttg.local_load")}
 """
 
 
-@pytest.mark.parametrize("group,page,stages", [(6, 16, 2), (8, 128, 3), (1, 32, 2)])
-def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, page, stages):
+@pytest.mark.parametrize("group,page,stages,ql,qpp", [(6, 16, 2, 1, 1), (8, 128, 3, 1, 1), (1, 32, 2, 1, 1),
+                                                       (6, 16, 2, 6, 3), (8, 16, 2, 4, 4)])
+def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, page, stages, ql, qpp):
     """Kernel "h" builds for sm_90 (Triton's own ptxas, outside the interpreter) for groups of
-    1 to 8 heads, pages of 16 to 128 tokens and 2 or 3 key stages. Per 64-token tile it copies
+    1 to 8 heads, pages of 16 to 128 tokens, 2 or 3 key stages, and verify rows (6 query
+    tokens over two programs of 3 x 6 rows, 4 tokens x 8 heads in one). Per 64-token tile it copies
     the keys with 32 four-byte ``cp.async`` per thread (the prologue fills STAGES - 1 stages)
     and runs 32 warp-group products (8 k-steps x 2 query parts for the scores, 4 row blocks x
     4 k-steps for the values); the only shared-memory store is the probability tile, and no
@@ -837,8 +842,8 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "kernels"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _HOPPER_BUILD, str(group), str(page), str(stages)], env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", _HOPPER_BUILD, *(str(x) for x in (group, page, stages, ql, qpp))],
+                         env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["wgmma"] == 16 + 16
@@ -847,8 +852,8 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
 
 
 def test_gluon_kernel_request_falls_back_where_it_cannot_run():
-    """``TileConfig(kernel="g")`` where kernel "g" cannot run (here: the interpreter, or on a
-    GPU a verify batch and D = 128) gives the Triton kernels' result."""
+    """``TileConfig(kernel="g")`` or ``"h"`` where the kernel cannot run (here: the interpreter,
+    or on a GPU D = 128, and for "g" a verify batch) gives the Triton kernels' result."""
     c, lay, keep, ref = _decode_case(24, 4, 16, 256, 7)
     for tiles in (TileConfig(64, 4, 1, "g"), TileConfig(64, 4, 2, "h")):
         out = _run_decode(c, lay, tiles=tiles)
@@ -857,8 +862,9 @@ def test_gluon_kernel_request_falls_back_where_it_cannot_run():
     cv = random_case(seq_lens=[77, 130], query_lens=[3, 2], num_heads=16, num_kv_heads=2, head_dim=128,
                      block_size=16, layout=TQLayout.from_preset("turboquant_k8v4", 128), device=DEV)
     lay128 = TQLayout.from_preset("turboquant_k8v4", 128)
-    out = _run_verify(cv, lay128, tiles=TileConfig(64, 4, 1, "g"))
-    assert rel_err(out, _ref(cv, lay128, verify=True)) < DEQ_BOUND
+    for tiles in (TileConfig(64, 4, 1, "g"), TileConfig(64, 4, 2, "h")):
+        out = _run_verify(cv, lay128, tiles=tiles)
+        assert rel_err(out, _ref(cv, lay128, verify=True)) < DEQ_BOUND
 
 
 @pytest.mark.gpu
@@ -920,3 +926,27 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
     assert calls, "kernel h was not launched"
     assert not torch.isnan(out[keep]).any()
     assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seqs,qls,hq", [([32771], [6], 24), ([2051, 7, 300], [6, 1, 3], 24),
+                                         ([999, 4100], [4, 2], 32)], ids=["32K-k6-gqa6", "B3-gqa6", "B2-gqa8"])
+def test_hopper_verify_on_gpu(seqs, qls, hq, monkeypatch):
+    """Kernel "h" on request for verify batches (K + 1 up to 6, groups of 6 and 8, the query
+    tokens over two programs where they exceed 32 rows; the tail from the raw K/V) against
+    float64; the test asserts the kernel actually launched."""
+    from vllm_genesis.turboquant import _launch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("kernel h needs a Hopper GPU")
+    calls = []
+    real = _launch._launch_h
+    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=16,
+                    layout=lay, device="cuda")
+    out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, "h"))
+    assert calls, "kernel h was not launched"
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND

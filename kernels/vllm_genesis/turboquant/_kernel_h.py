@@ -1,4 +1,4 @@
-"""Stage 1 of the k8v4 decode on Hopper warp-group products (Gluon).
+"""Stage 1 of the k8v4 decode and verify on Hopper warp-group products (Gluon).
 
 One program (one warp group) per (split, KV head, sequence), 64-token tiles, the query rows
 of the group (up to 8) on the products' N side:
@@ -33,15 +33,17 @@ NUM_WARPS = 4
 # the cp.async copy's name differs between Gluon versions (3.6: async_copy_global_to_shared,
 # later: async_load)
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-ROWS = 8  # query rows on N
+MAX_ROWS = 32  # query rows on N per program (more: the query tokens over several programs)
 
 
-def h_layouts() -> dict:
-    """Register and shared-memory layouts of kernel "h" (D = 256, 64-token tiles, 4 warps)."""
+def h_layouts(rows: int = 8) -> dict:
+    """Register and shared-memory layouts of kernel "h" (D = 256, 64-token tiles, 4 warps) for
+    ``rows`` query rows on N (8, 16 or 32)."""
     return dict(
+        R=rows,
         # scores^T [tokens, rows] (fp8 products, k = 32) and output^T [D, rows] (fp16, k = 16)
-        LS=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 8, 32]),
-        LO=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 8, 16]),
+        LS=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 32]),
+        LO=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 16]),
         # code words [32 words, 64 tokens]: word 8 w + lane // 4 (warp w), tokens
         # 2 (lane % 4) + {0, 1} + {0, 8} + {0, 16, 32, 48}: consecutive tokens in consecutive
         # registers, which the f16x2 pairing needs
@@ -56,7 +58,9 @@ def h_layouts() -> dict:
         LKC=gl.BlockedLayout([1, 16, 4], [1, 1, 32], [4, 1, 1], [2, 1, 0]),
         LQ=gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]),  # a query row within one warp
         SK=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2),
-        SP=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2),
+        # probabilities^T [tokens, rows] fp16: the widest swizzle a row allows
+        SP=gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * rows) if rows >= 16 else 0, element_bitwidth=16,
+                                rank=2),
     )
 
 
@@ -105,8 +109,9 @@ def _tq_decode_kernel_h(
     KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
     BT,  # int32 [B, max_blocks]
     SeqLens,  # int32 [B]
-    MidO,  # fp32 [B, HK, S, G, D]
-    MidL,  # fp32 [B, HK, S, G]
+    QStart,  # int32 [B + 1] first query token of each sequence (verify)
+    MidO,  # fp32 [B, HK, S, ROWS, D]
+    MidL,  # fp32 [B, HK, S, ROWS]
     stride_qt,
     stride_qh,
     stride_kw,  # the cache's block stride in int32 words
@@ -128,25 +133,46 @@ def _tq_decode_kernel_h(
     LQ: gl.constexpr,
     SK: gl.constexpr,
     SP: gl.constexpr,
+    R: gl.constexpr,  # query rows on N (a power of two, >= 8)
+    QL: gl.constexpr = 1,  # query tokens per sequence at most (verify: K + 1)
+    QPP: gl.constexpr = 1,  # query tokens per program (QPP x G <= R)
+    RSPLIT: gl.constexpr = 1,  # programs per (split, KV head, sequence), one share of the tokens each
+    HAS_QSTART: gl.constexpr = False,  # verify: query tokens from QStart, the cache up to them
 ):
     BN: gl.constexpr = 64
-    R: gl.constexpr = 8
-    sid = gl.program_id(0)
+    ROWS: gl.constexpr = QL * G
+    pid0 = gl.program_id(0)
+    sid = pid0 // RSPLIT
+    part = pid0 - sid * RSPLIT
     hk = gl.program_id(1)
     b = gl.program_id(2)
     seq_len = gl.load(SeqLens + b)
-    per_split = gl.cdiv(gl.cdiv(seq_len, num_splits), BN) * BN
+    if HAS_QSTART:
+        # verify: the K + 1 query tokens' own positions come from the raw tail (the combine)
+        q0 = gl.load(QStart + b)
+        q_len = gl.maximum(gl.minimum(gl.minimum(gl.load(QStart + b + 1) - q0, QL), seq_len), 0)
+        cache_end = seq_len - q_len
+    else:
+        q0 = b
+        cache_end = seq_len
+    per_split = gl.cdiv(gl.cdiv(cache_end, num_splits), BN) * BN
     start = sid * per_split
-    end = gl.minimum(start + per_split, seq_len)
+    end = gl.minimum(start + per_split, cache_end)
     ntiles = gl.cdiv(gl.maximum(end - start, 0), BN)
     last_page = gl.maximum(end - 1, 0) // PAGE
     bt_row = BT + b.to(gl.int64) * stride_bt
 
     # the query rows as two fp8 parts in shared memory (the scores' B operand, K-major)
+    # row r: query token part * QPP + r // G, head r % G of the group
     qrow = gl.arange(0, R, layout=gl.SliceLayout(1, LQ))
     qcol = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
-    q_ptr = QR + b.to(gl.int64) * stride_qt + gl.expand_dims((hk * G + qrow) * stride_qh, 1) + gl.expand_dims(qcol, 0)
-    qmask = gl.expand_dims(qrow < G, 1) & gl.expand_dims(qcol >= 0, 0)
+    qtok = part * QPP + qrow // G
+    qok = qrow < QPP * G
+    if HAS_QSTART:
+        qok = qok & (qtok < q_len)
+    q_ptr = (QR + gl.expand_dims((q0 + qtok).to(gl.int64) * stride_qt + (hk * G + qrow % G) * stride_qh, 1)
+             + gl.expand_dims(qcol, 0))
+    qmask = gl.expand_dims(qok, 1) & gl.expand_dims(qcol >= 0, 0)
     qh, ql, inv = _q_split(gl.load(q_ptr, mask=qmask, other=0.0).to(gl.float32))
     qh_s = gl.allocate_shared_memory(gl.float8e4nv, [R, D], SK, qh)
     ql_s = gl.allocate_shared_memory(gl.float8e4nv, [R, D], SK, ql)
@@ -238,11 +264,11 @@ def _tq_decode_kernel_h(
     lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
     zo = gl.where(has, z_i / l_safe, 0.0)
     rows = gl.arange(0, R, layout=LRS)
-    mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
-    gl.store(MidL + mid + rows, lse, mask=rows < G)
+    mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * ROWS + part * (QPP * G)
+    gl.store(MidL + mid + rows, lse, mask=(rows < QPP * G) & (part * (QPP * G) + rows < ROWS))
     o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 0) + gl.expand_dims(gl.convert_layout(zo, LRO), 0)
     om = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(1, LO)), 1)
     orow = gl.expand_dims(gl.arange(0, R, layout=LRO), 0)
     # operand row m -> head column: word 8 (m // 16 % 4) + m % 8, code 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2
     ocol = 64 * ((om >> 4) & 3) + 8 * (om & 7) + 4 * ((om >> 7) & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
-    gl.store(MidO + (mid + orow) * D + ocol, o, mask=(orow < G) & (ocol >= 0))
+    gl.store(MidO + (mid + orow) * D + ocol, o, mask=(orow < QPP * G) & (part * (QPP * G) + orow < ROWS) & (ocol >= 0))

@@ -243,14 +243,14 @@ def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_
     )
 
 
-def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok, kv_cache) -> bool:
-    """kernel "h" (warp-group products): as kernel "g", but groups of at most 8 heads, pages of
-    at least 16 tokens, and a Hopper GPU."""
+def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
+    """kernel "h" (warp-group products): fp8 e4m3 keys + 4-bit values read as int32 words,
+    D = 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a power of
+    two of at least 16 tokens, and a Hopper GPU."""
     page = kv_cache.shape[1]
     return (
-        words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 8 and query_len == 1
-        and not raw_tail and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda
-        and _hopper(kv_cache.device.index or 0)
+        words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 8 and query_len <= 8
+        and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda and _hopper(kv_cache.device.index or 0)
     )
 
 
@@ -259,16 +259,19 @@ def _hopper(device_index: int) -> bool:
     return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] == 9
 
 
-def _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_scale, batch, group, head_dim, page,
-              stages=3, maxnreg=None):
-    from ._kernel_h import NUM_WARPS, _tq_decode_kernel_h, h_layouts
+def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
+              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None):
+    from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h, h_layouts
 
     hk = kv_cache.shape[2]
-    _tq_decode_kernel_h[(num_splits, hk, batch)](
-        qr, kv_cache, block_table, seq_lens, mid_o, mid_l,
+    qpp = max(1, min(query_len, MAX_ROWS // group))  # query tokens a program
+    rsplit = -(-query_len // qpp)
+    _tq_decode_kernel_h[(num_splits * rsplit, hk, batch)](
+        qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
-        STAGES=max(2, stages), **h_layouts(), num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+        STAGES=max(2, stages), **h_layouts(max(8, next_pow2(qpp * group))), QL=query_len, QPP=qpp, RSPLIT=rsplit,
+        HAS_QSTART=has_qstart, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
 
@@ -359,10 +362,12 @@ def run_attention(
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
         kern = None
-    elif (planned or tiles.kernel == "h") and _h_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
+    elif (((planned and QL == 1) or tiles.kernel == "h") and (raw_tail == has_qstart)
+          and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
         # the default decode on Hopper where kernel "h" covers it (the plan's split count)
-        _launch_h(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page,
-                  tiles.num_stages if tiles.kernel == "h" else 2, tiles.maxnreg if tiles.kernel == "h" else None)
+        asked = tiles.kernel == "h"
+        _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
+                  has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None)
         kern = None
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
