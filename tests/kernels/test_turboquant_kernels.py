@@ -812,8 +812,8 @@ names = jit.arg_names
 ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
         "MidL": "*fp32"}
 rows = max(8, 1 << (qpp * group - 1).bit_length())
-consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, **KH.h_layouts(rows), QL=ql,
-              QPP=qpp, RSPLIT=-(-ql // qpp), HAS_QSTART=ql > 1)
+consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, R=rows, QL=ql, QPP=qpp,
+              RSPLIT=-(-ql // qpp), HAS_QSTART=ql > 1)
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})

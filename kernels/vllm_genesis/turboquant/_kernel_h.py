@@ -36,32 +36,41 @@ _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_g
 MAX_ROWS = 32  # query rows on N per program (more: the query tokens over several programs)
 
 
-def h_layouts(rows: int = 8) -> dict:
-    """Register and shared-memory layouts of kernel "h" (D = 256, 64-token tiles, 4 warps) for
-    ``rows`` query rows on N (8, 16 or 32)."""
-    return dict(
-        R=rows,
-        # scores^T [tokens, rows] (fp8 products, k = 32) and output^T [D, rows] (fp16, k = 16)
-        LS=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 32]),
-        LO=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 16]),
-        # code words [32 words, 64 tokens]: word 8 w + lane // 4 (warp w), tokens
-        # 2 (lane % 4) + {0, 1} + {0, 8} + {0, 16, 32, 48}: consecutive tokens in consecutive
-        # registers, which the f16x2 pairing needs
-        LW=gl.DistributedLinearLayout([[0, 1], [0, 8], [0, 16], [0, 32]], [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
-                                      [[8, 0], [16, 0]], [], [32, BLOCK_N]),
-        # the same words as [32 words, 4 page parts, 16 rows] (one block-table entry a part)
-        LW3=gl.DistributedLinearLayout([[0, 0, 1], [0, 0, 8], [0, 1, 0], [0, 2, 0]],
-                                       [[0, 0, 2], [0, 0, 4], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
-                                       [[8, 0, 0], [16, 0, 0]], [], [32, 4, 16]),
-        # key copies [4 page parts, 16 rows, 256 bytes]: warp w copies part w, 32 lanes x 4
-        # bytes along a token
-        LKC=gl.BlockedLayout([1, 16, 4], [1, 1, 32], [4, 1, 1], [2, 1, 0]),
-        LQ=gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]),  # a query row within one warp
-        SK=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2),
-        # probabilities^T [tokens, rows] fp16: the widest swizzle a row allows
-        SP=gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * rows) if rows >= 16 else 0, element_bitwidth=16,
-                                rank=2),
-    )
+# The layouts, built while the kernel is compiled (only the row count is a launch argument,
+# which keeps the launcher's cache lookup cheap).
+
+
+@gluon.constexpr_function
+def _scores_layout(rows):
+    """scores^T [tokens, rows] (fp8 products, k = 32)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 32])
+
+
+@gluon.constexpr_function
+def _output_layout(rows):
+    """output^T [D, rows] (fp16 products, k = 16)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 16])
+
+
+@gluon.constexpr_function
+def _words_layout(parts):
+    """Code words [32 words, 64 tokens] (``parts`` = False), or the same as [32 words, 4 page
+    parts, 16 rows] (one block-table entry a part): word 8 w + lane // 4 (warp w), tokens
+    2 (lane % 4) + {0, 1} + {0, 8} + {0, 16, 32, 48}, consecutive tokens in consecutive
+    registers, which the f16x2 pairing needs."""
+    if parts:
+        return gl.DistributedLinearLayout([[0, 0, 1], [0, 0, 8], [0, 1, 0], [0, 2, 0]],
+                                          [[0, 0, 2], [0, 0, 4], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+                                          [[8, 0, 0], [16, 0, 0]], [], [32, 4, 16])
+    return gl.DistributedLinearLayout([[0, 1], [0, 8], [0, 16], [0, 32]], [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
+                                      [[8, 0], [16, 0]], [], [32, 64])
+
+
+@gluon.constexpr_function
+def _probs_smem_layout(rows):
+    """probabilities^T [tokens, rows] fp16 in shared memory: the widest swizzle a row allows."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * rows) if rows >= 16 else 0, element_bitwidth=16,
+                                rank=2)
 
 
 @gluon.jit
@@ -125,15 +134,7 @@ def _tq_decode_kernel_h(
     D: gl.constexpr,
     PAGE: gl.constexpr,
     STAGES: gl.constexpr,
-    LS: gl.constexpr,
-    LO: gl.constexpr,
-    LW: gl.constexpr,
-    LW3: gl.constexpr,
-    LKC: gl.constexpr,
-    LQ: gl.constexpr,
-    SK: gl.constexpr,
-    SP: gl.constexpr,
-    R: gl.constexpr,  # query rows on N (a power of two, >= 8)
+    R: gl.constexpr,  # query rows on N (8, 16 or 32)
     QL: gl.constexpr = 1,  # query tokens per sequence at most (verify: K + 1)
     QPP: gl.constexpr = 1,  # query tokens per program (QPP x G <= R)
     RSPLIT: gl.constexpr = 1,  # programs per (split, KV head, sequence), one share of the tokens each
@@ -141,6 +142,16 @@ def _tq_decode_kernel_h(
 ):
     BN: gl.constexpr = 64
     ROWS: gl.constexpr = QL * G
+    LS: gl.constexpr = _scores_layout(R)
+    LO: gl.constexpr = _output_layout(R)
+    LW: gl.constexpr = _words_layout(False)
+    LW3: gl.constexpr = _words_layout(True)
+    # key copies [4 page parts, 16 rows, 256 bytes]: warp w copies part w, 32 lanes x 4 bytes
+    # along a token
+    LKC: gl.constexpr = gl.BlockedLayout([1, 16, 4], [1, 1, 32], [4, 1, 1], [2, 1, 0])
+    LQ: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # a query row within one warp
+    SK: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    SP: gl.constexpr = _probs_smem_layout(R)
     pid0 = gl.program_id(0)
     sid = pid0 // RSPLIT
     part = pid0 - sid * RSPLIT

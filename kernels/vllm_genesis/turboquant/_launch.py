@@ -261,7 +261,7 @@ def _hopper(device_index: int) -> bool:
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
               head_dim, page, query_len, has_qstart, stages=2, maxnreg=None):
-    from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h, h_layouts
+    from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h
 
     hk = kv_cache.shape[2]
     qpp = max(1, min(query_len, MAX_ROWS // group))  # query tokens a program
@@ -270,7 +270,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
-        STAGES=max(2, stages), **h_layouts(max(8, next_pow2(qpp * group))), QL=query_len, QPP=qpp, RSPLIT=rsplit,
+        STAGES=max(2, stages), R=max(8, next_pow2(qpp * group)), QL=query_len, QPP=qpp, RSPLIT=rsplit,
         HAS_QSTART=has_qstart, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
