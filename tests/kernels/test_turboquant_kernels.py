@@ -867,6 +867,25 @@ def test_gluon_kernel_request_falls_back_where_it_cannot_run():
         assert rel_err(out, _ref(cv, lay128, verify=True)) < DEQ_BOUND
 
 
+def _check_gluon_decode(launcher, seqs, hq, page, tiles, monkeypatch):
+    """A D = 256 k8v4 decode with NaN bytes past each sequence's end against float64, through
+    ``_launch.<launcher>``, which must actually be called."""
+    from vllm_genesis.turboquant import _launch
+
+    calls = []
+    real = getattr(_launch, launcher)
+    monkeypatch.setattr(_launch, launcher, lambda *a, **k: calls.append(1) or real(*a, **k))
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=page, layout=lay,
+                    device="cuda")
+    _poison_past_end(c, seqs, page)
+    keep = [i for i, L in enumerate(seqs) if L > 0]
+    out = _run_decode(c, lay, tiles=tiles)
+    assert calls, f"{launcher} was not called"
+    assert not torch.isnan(out[keep]).any()
+    assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
@@ -879,20 +898,7 @@ def test_gluon_kernel_request_falls_back_where_it_cannot_run():
     ids=["32K-gqa6", "B6-gqa16", "pages128", "pages32-gqa8", "128K-tiles32"],
 )
 def test_gluon_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
-    from vllm_genesis.turboquant import _launch
-
-    calls = []
-    real = _launch._launch_g
-    monkeypatch.setattr(_launch, "_launch_g", lambda *a, **k: calls.append(1) or real(*a, **k))
-    lay = TQLayout.from_preset("turboquant_k8v4", 256)
-    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=page, layout=lay,
-                    device="cuda")
-    _poison_past_end(c, seqs, page)
-    keep = [i for i, L in enumerate(seqs) if L > 0]
-    out = _run_decode(c, lay, tiles=tiles)
-    assert calls, "kernel g was not launched"
-    assert not torch.isnan(out[keep]).any()
-    assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+    _check_gluon_decode("_launch_g", seqs, hq, page, tiles, monkeypatch)
 
 
 @pytest.mark.gpu
@@ -910,22 +916,9 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
     """Kernel "h", the default decode on Hopper where it applies (and on request), against
     float64: empty, one-token and odd lengths, groups of 1, 6 and 8, pages of 16 to 128, NaN
     bytes past each sequence's end; the test asserts the kernel actually launched."""
-    from vllm_genesis.turboquant import _launch
-
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
-    calls = []
-    real = _launch._launch_h
-    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: calls.append(1) or real(*a, **k))
-    lay = TQLayout.from_preset("turboquant_k8v4", 256)
-    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=page, layout=lay,
-                    device="cuda")
-    _poison_past_end(c, seqs, page)
-    keep = [i for i, L in enumerate(seqs) if L > 0]
-    out = _run_decode(c, lay, tiles=tiles)
-    assert calls, "kernel h was not launched"
-    assert not torch.isnan(out[keep]).any()
-    assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
+    _check_gluon_decode("_launch_h", seqs, hq, page, tiles, monkeypatch)
 
 
 @pytest.mark.gpu
