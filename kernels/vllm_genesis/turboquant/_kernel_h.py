@@ -15,8 +15,10 @@ of the group (up to 8) on the products' N side:
   paired into f16x2 registers (``prmt``), so no code passes through shared memory; the rows
   are put back in cache order when the partials are stored.
 
-Decode only (one query token per sequence), fp8 e4m3 keys + 4-bit values, D = 256, groups of
-up to 8 heads, pages of a power of two of at least 16 tokens, NVIDIA Hopper.
+fp8 e4m3 keys + 4-bit values, D = 256, groups of up to 8 heads, pages of a power of two of at
+least 16 tokens, NVIDIA Hopper. Decode (one query token per sequence: 8 rows); verify batches
+(up to 8 query tokens) on request: the query tokens over programs of at most 32 rows, the cache
+read up to the K + 1 tail, which the combine takes from the raw K/V.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ._kernel_g import _codes_f16, _cta_barrier
 
-BLOCK_N = 64
 NUM_WARPS = 4
 # the cp.async copy's name differs between Gluon versions (3.6: async_copy_global_to_shared,
 # later: async_load)
@@ -202,9 +203,8 @@ def _tq_decode_kernel_h(
     kpos = kpart * 16
     for j in gl.static_range(STAGES - 1):
         pj = start + j * BN + kpos
-        _async_load(
-            ksm.index(j).reshape([4, 16, D]), K8 + 4 * _word_offsets(_blocks(bt_row, pj, last_page, PAGE), pj, stride_kw, PAGE, SKP)
-            + krow, mask=pj < end)
+        koff = 4 * _word_offsets(_blocks(bt_row, pj, last_page, PAGE), pj, stride_kw, PAGE, SKP)
+        _async_load(ksm.index(j).reshape([4, 16, D]), K8 + koff + krow, mask=pj < end)
         async_copy.commit_group()
     kblk = _blocks(bt_row, start + (STAGES - 1) * BN + kpos, last_page, PAGE)
 
@@ -282,4 +282,5 @@ def _tq_decode_kernel_h(
     orow = gl.expand_dims(gl.arange(0, R, layout=LRO), 0)
     # operand row m -> head column: word 8 (m // 16 % 4) + m % 8, code 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2
     ocol = 64 * ((om >> 4) & 3) + 8 * (om & 7) + 4 * ((om >> 7) & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
-    gl.store(MidO + (mid + orow) * D + ocol, o, mask=(orow < QPP * G) & (part * (QPP * G) + orow < ROWS) & (ocol >= 0))
+    own = (orow < QPP * G) & (part * (QPP * G) + orow < ROWS)  # this program's rows
+    gl.store(MidO + (mid + orow) * D + ocol, o, mask=own & (ocol >= 0))
