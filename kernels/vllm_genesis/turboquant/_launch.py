@@ -362,9 +362,10 @@ def run_attention(
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
         kern = None
-    elif (((planned and QL == 1) or tiles.kernel == "h") and (raw_tail == has_qstart)
+    elif (((planned and QL == 1 and not has_qstart) or tiles.kernel == "h") and (raw_tail == has_qstart)
           and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
-        # the default decode on Hopper where kernel "h" covers it (the plan's split count)
+        # the default decode on Hopper where kernel "h" covers it (the plan's split count);
+        # verify batches only on request
         asked = tiles.kernel == "h"
         _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
                   has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None)
