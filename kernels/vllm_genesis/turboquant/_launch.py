@@ -250,13 +250,9 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache)
     page = kv_cache.shape[1]
     return (
         words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 8 and query_len <= 8
-        and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda and _hopper(kv_cache.device.index or 0)
+        and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda
+        and fp8_mma_default(kv_cache.device.index or 0)  # Hopper (``ptx_ok``: not the interpreter)
     )
-
-
-@lru_cache(maxsize=None)
-def _hopper(device_index: int) -> bool:
-    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] == 9
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
