@@ -771,6 +771,21 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
 """
 
 
+def _sm90_build(script: str, *args) -> dict:
+    """Run a build script (compiles a kernel for sm_90 with Triton's own ptxas, no GPU needed)
+    outside the interpreter; its last output line, as JSON."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "kernels"), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", script, *(str(x) for x in args)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("group,page,block_n", [(6, 16, 64), (16, 16, 64), (6, 128, 64), (6, 16, 32)])
 def test_gluon_decode_operands_stay_in_registers(group, page, block_n):
     """Kernel "g" builds for sm_90 (Triton's own ptxas; no GPU needed, and outside the
@@ -779,16 +794,7 @@ def test_gluon_decode_operands_stay_in_registers(group, page, block_n):
     and that of the scale/zero words to the score tile's tokens are asserted trivial while it
     is built (no data moves between threads), and the only shared memory it uses is the
     exchange of the warps' partial score tiles (one store, four loads a tile)."""
-    import json
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "kernels"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _GLUON_BUILD, str(group), str(page), str(block_n)], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = _sm90_build(_GLUON_BUILD, group, page, block_n)
     # the loop runs two tiles a step: per tile the key and code operands, the scale/zero words
     # and the rescale factors (to the accumulator's layout); outside it the last tile's code
     # operand and rescale factors, the final sums and zero terms
@@ -806,27 +812,30 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from vllm_genesis.turboquant import _kernel_h as KH
 
-group, page, stages, ql, qpp = (int(x) for x in sys.argv[1:6])
+group, page, stages, ql, qpp, pdl = (int(x) for x in sys.argv[1:7])
 jit = KH._tq_decode_kernel_h
 names = jit.arg_names
 ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
         "MidL": "*fp32"}
 rows = max(8, 1 << (qpp * group - 1).bit_length())
 consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, R=rows, QL=ql, QPP=qpp,
-              RSPLIT=-(-ql // qpp), HAS_QSTART=ql > 1)
+              RSPLIT=-(-ql // qpp), HAS_QSTART=ql > 1, PDL=bool(pdl))
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": KH.NUM_WARPS})
 ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
 print(json.dumps({k: ir.count(k) for k in ("ttg.local_store", "ttg.local_load")}
-                 | {"wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.ca.shared.global")}))
+                 | {"wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.ca.shared.global"),
+                    "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
+                    "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol")}))
 """
 
 
-@pytest.mark.parametrize("group,page,stages,ql,qpp", [(6, 16, 2, 1, 1), (8, 128, 3, 1, 1), (1, 32, 2, 1, 1),
-                                                       (6, 16, 2, 6, 3), (8, 16, 2, 4, 4)])
-def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, page, stages, ql, qpp):
+@pytest.mark.parametrize("group,page,stages,ql,qpp,pdl", [(6, 16, 2, 1, 1, 1), (8, 128, 3, 1, 1, 0),
+                                                           (1, 32, 2, 1, 1, 1), (6, 16, 2, 6, 3, 1),
+                                                           (8, 16, 2, 4, 4, 0)])
+def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, page, stages, ql, qpp, pdl):
     """Kernel "h" builds for sm_90 (Triton's own ptxas, outside the interpreter) for groups of
     1 to 8 heads, pages of 16 to 128 tokens, 2 or 3 key stages, and verify rows (6 query
     tokens over two programs of 3 x 6 rows, 4 tokens x 8 heads in one). Per 64-token tile it copies
@@ -835,20 +844,51 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
     4 k-steps for the values); the only shared-memory store is the probability tile, and no
     operand is read back from shared memory into registers (the products read the keys and the
     probabilities where they lie; the code operand's layout conversions are asserted trivial
-    while it is built)."""
-    import json
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2] / "kernels"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _HOPPER_BUILD, *(str(x) for x in (group, page, stages, ql, qpp))],
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    while it is built). With ``PDL`` it lets the combine be launched once its products are done
+    (one ``griddepcontrol.launch_dependents`` after the last product), and not without it."""
+    got = _sm90_build(_HOPPER_BUILD, group, page, stages, ql, qpp, pdl)
     assert got["wgmma"] == 16 + 16
     assert got["cp_async"] == 32 * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 0
+    assert got["launch_dependents"] == pdl
+    if pdl:
+        assert got["dependents_after_loop"]
+
+
+_COMBINE_BUILD = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from vllm_genesis.turboquant._kernels import _tq_combine_kernel as jit
+
+pdl, tail = (int(x) for x in sys.argv[1:3])
+names = jit.arg_names
+ptrs = {"MidO": "*fp32", "MidL": "*fp32", "Q": "*bf16", "KR": "*bf16", "VR": "*bf16", "Out": "*bf16",
+        "SeqLens": "*i32", "QStart": "*i32"}
+consts = dict(HK=4, G=6, QL=6 if tail else 1, ROWS=36 if tail else 6, D=256, DC=64, S_CHUNK=64,
+              QL_PAD=8 if tail else 2, RAW_TAIL=bool(tail), HAS_QSTART=bool(tail), PDL=bool(pdl))
+sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
+src = ASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()})
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": bool(pdl)})
+ptx = ck.asm["ptx"]
+wait = ptx.find("griddepcontrol.wait")
+loads = [i for i in range(len(ptx)) if ptx.startswith("ld.global", i)]
+print(json.dumps({"wait": ptx.count("griddepcontrol.wait"), "loads": len(loads),
+                  "loads_before_wait": sum(i < wait for i in loads), "launch_pdl": ck.metadata.launch_pdl}))
+"""
+
+
+@pytest.mark.parametrize("pdl,tail", [(1, 0), (1, 1), (0, 0)], ids=["pdl-decode", "pdl-verify", "plain"])
+def test_combine_after_kernel_h_waits_for_it_before_any_load(pdl, tail):
+    """The combine launched as a programmatic dependent of kernel "h" (sm_90 build, Triton's own
+    ptxas) waits for stage 1's grid (``griddepcontrol.wait``) before its first global load, and
+    is marked for that launch; without ``PDL`` it has no wait."""
+    got = _sm90_build(_COMBINE_BUILD, pdl, tail)
+    assert got["loads"] > 0
+    assert got["wait"] == pdl and got["launch_pdl"] == bool(pdl)
+    if pdl:
+        assert got["loads_before_wait"] == 0
 
 
 def test_gluon_kernel_request_falls_back_where_it_cannot_run():
@@ -924,9 +964,10 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("seqs,qls,hq", [([32771], [6], 24), ([2051, 7, 300], [6, 1, 3], 24),
-                                         ([999, 4100], [4, 2], 32)], ids=["32K-k6-gqa6", "B3-gqa6", "B2-gqa8"])
+                                         ([999, 4100], [4, 2], 32), ([515, 3000], [8, 7], 32)],
+                         ids=["32K-k6-gqa6", "B3-gqa6", "B2-gqa8", "k8-gqa8"])
 def test_hopper_verify_on_gpu(seqs, qls, hq, monkeypatch):
-    """Kernel "h" on request for verify batches (K + 1 up to 6, groups of 6 and 8, the query
+    """Kernel "h" on request for verify batches (K + 1 up to 8, groups of 6 and 8, the query
     tokens over two programs where they exceed 32 rows; the tail from the raw K/V) against
     float64; the test asserts the kernel actually launched."""
     from vllm_genesis.turboquant import _launch

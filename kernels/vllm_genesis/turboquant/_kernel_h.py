@@ -90,6 +90,14 @@ def _q_split(q):
 
 
 @gluon.jit
+def _launch_dependents():
+    """Lets the kernel that follows on the stream (the combine, launched as a programmatic
+    dependent launch) be launched now; it still waits for this grid's end before it reads."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def _blocks(bt_row, pos, last_page, PAGE: gl.constexpr):
     """Block ids of positions ``pos`` (pages past the last: the last). Loaded a step before
     their use, so that no address waits for the block table."""
@@ -140,6 +148,7 @@ def _tq_decode_kernel_h(
     QPP: gl.constexpr = 1,  # query tokens per program (QPP x G <= R)
     RSPLIT: gl.constexpr = 1,  # programs per (split, KV head, sequence), one share of the tokens each
     HAS_QSTART: gl.constexpr = False,  # verify: query tokens from QStart, the cache up to them
+    PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
 ):
     BN: gl.constexpr = 64
     ROWS: gl.constexpr = QL * G
@@ -267,6 +276,8 @@ def _tq_decode_kernel_h(
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)
         acc = warpgroup_mma(_value_operand(cw, LO, D, BN), psm, acc)
     async_copy.wait_group(0)
+    if PDL:
+        _launch_dependents()
 
     l_i = gl.sum(l_e, 0)
     z_i = gl.sum(z_e, 0)

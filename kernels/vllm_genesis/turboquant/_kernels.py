@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 
 # PTX: one int32 word of 4 fp8 e4m3 bytes ($4) -> 4 fp16 values ($0..$3, byte order)
@@ -665,6 +666,7 @@ def _tq_combine_kernel(
     QL_PAD: tl.constexpr,
     RAW_TAIL: tl.constexpr,
     HAS_QSTART: tl.constexpr,
+    PDL: tl.constexpr = False,  # launched as a programmatic dependent of stage 1: wait for its end
 ):
     NDC: tl.constexpr = D // DC
     pid0 = tl.program_id(0)
@@ -679,6 +681,8 @@ def _tq_combine_kernel(
     sc = tl.arange(0, S_CHUNK)
     base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
 
+    if PDL:
+        gdc_wait()
     # the split partials do not depend on the metadata: request them first
     smask = sc < num_splits
     lse = tl.load(MidL + base + sc * ROWS, mask=smask, other=float("-inf"))

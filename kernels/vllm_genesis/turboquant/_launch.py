@@ -243,6 +243,10 @@ def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_
     )
 
 
+# kernel "h"'s combine as a programmatic dependent launch (its launch overlaps stage 1's end)
+COMBINE_PDL = True
+
+
 def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
     """kernel "h" (warp-group products): fp8 e4m3 keys + 4-bit values read as int32 words,
     D = 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a power of
@@ -256,7 +260,7 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache)
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None):
+              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False):
     from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h
 
     hk = kv_cache.shape[2]
@@ -267,7 +271,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
         STAGES=max(2, stages), R=max(8, next_pow2(qpp * group)), QL=query_len, QPP=qpp, RSPLIT=rsplit,
-        HAS_QSTART=has_qstart, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+        HAS_QSTART=has_qstart, PDL=pdl, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
     )
 
 
@@ -353,6 +357,7 @@ def run_attention(
 
     kern = _tq_split_kernel
     extra = {}
+    pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernel "h")
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
@@ -364,8 +369,10 @@ def run_attention(
         # verify batches only on request
         asked = tiles.kernel == "h"
         _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
-                  has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None)
+                  has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
+                  pdl=COMBINE_PDL)
         kern = None
+        pdl = COMBINE_PDL
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
         extra["ASM"] = ptx_ok
@@ -482,6 +489,7 @@ def run_attention(
         HAS_QSTART=has_qstart,
         num_warps=4,
         num_stages=2,
+        **({"PDL": True, "launch_pdl": True} if pdl else {}),
     )
     return out
 
