@@ -966,21 +966,23 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
 @pytest.mark.parametrize("seqs,qls,hq", [([32771], [6], 24), ([2051, 7, 300], [6, 1, 3], 24),
                                          ([999, 4100], [4, 2], 32), ([515, 3000], [8, 7], 32)],
                          ids=["32K-k6-gqa6", "B3-gqa6", "B2-gqa8", "k8-gqa8"])
-def test_hopper_verify_on_gpu(seqs, qls, hq, monkeypatch):
-    """Kernel "h" on request for verify batches (K + 1 up to 8, groups of 6 and 8, the query
-    tokens over two programs where they exceed 32 rows; the tail from the raw K/V) against
-    float64; the test asserts the kernel actually launched."""
+@pytest.mark.parametrize("kernel", ["h", "v"])
+def test_hopper_verify_on_gpu(seqs, qls, hq, kernel, monkeypatch):
+    """Kernels "h" and "v" on request for verify batches (K + 1 up to 8, groups of 6 and 8;
+    "h": the query tokens over two programs where they exceed 32 rows; "v": up to 64 rows in
+    one program; the tail from the raw K/V) against float64; the test asserts the kernel
+    actually launched."""
     from vllm_genesis.turboquant import _launch
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
     calls = []
-    real = _launch._launch_h
-    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = getattr(_launch, f"_launch_{kernel}")
+    monkeypatch.setattr(_launch, f"_launch_{kernel}", lambda *a, **k: calls.append(1) or real(*a, **k))
     lay = TQLayout.from_preset("turboquant_k8v4", 256)
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=16,
                     layout=lay, device="cuda")
-    out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, "h"))
+    out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, kernel))
     assert calls, "kernel h was not launched"
     assert not torch.isnan(out).any()
     assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND

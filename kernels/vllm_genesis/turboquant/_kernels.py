@@ -667,6 +667,7 @@ def _tq_combine_kernel(
     RAW_TAIL: tl.constexpr,
     HAS_QSTART: tl.constexpr,
     PDL: tl.constexpr = False,  # launched as a programmatic dependent of stage 1: wait for its end
+    PERM: tl.constexpr = False,  # partial column 32 j + i holds head column 8 i + j (kernel "v")
 ):
     NDC: tl.constexpr = D // DC
     pid0 = tl.program_id(0)
@@ -677,7 +678,8 @@ def _tq_combine_kernel(
     qi = r // G
     g = r - qi * G
     head = hk * G + g
-    cols = dc * DC + tl.arange(0, DC)
+    cols = dc * DC + tl.arange(0, DC)  # the partials' columns
+    hcols = (8 * (cols % 32) + cols // 32) if PERM else cols  # the head's columns they hold
     sc = tl.arange(0, S_CHUNK)
     base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
 
@@ -713,7 +715,7 @@ def _tq_combine_kernel(
         ).to(tl.float32)
         # the tail's values too, now: they need only q0 (one memory latency less)
         vt = tl.load(
-            VR + (q0 + jj).to(tl.int64)[:, None] * stride_vt + hk * stride_vh + cols[None, :],
+            VR + (q0 + jj).to(tl.int64)[:, None] * stride_vt + hk * stride_vh + hcols[None, :],
             mask=jm[:, None],
             other=0.0,
         ).to(tl.float32)
@@ -742,7 +744,8 @@ def _tq_combine_kernel(
         acc += tl.sum(pt[:, None] * vt, 0)
         den += tl.sum(pt, 0)
     out = tl.where(den > 0.0, acc / tl.where(den > 0.0, den, 1.0), 0.0)
-    tl.store(Out + tok * stride_ot + head * stride_oh + cols, out.to(Out.dtype.element_ty), mask=(cols * 0 + qi) < q_rows)
+    tl.store(Out + tok * stride_ot + head * stride_oh + hcols, out.to(Out.dtype.element_ty),
+             mask=(cols * 0 + qi) < q_rows)
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant

@@ -275,6 +275,25 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
     )
 
 
+def _v_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
+    """kernel "v" (verify, rows on M): as kernel "h", with K + 1 x group <= 64 rows."""
+    return _h_kernel_ok(layout, words_ok, head_dim, group, 1, ptx_ok, kv_cache) and query_len * group <= 64
+
+
+def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
+              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False):
+    from ._kernel_v import NUM_WARPS, _tq_verify_kernel_v
+
+    hk = kv_cache.shape[2]
+    _tq_verify_kernel_v[(num_splits, hk, batch)](
+        qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
+        qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
+        SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
+        STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, num_warps=NUM_WARPS,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
+    )
+
+
 def split_workspace(
     batch: int, num_kv_heads: int, num_splits: int, rows: int, head_dim: int, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,7 +376,8 @@ def run_attention(
 
     kern = _tq_split_kernel
     extra = {}
-    pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernel "h")
+    pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
+    perm = False  # the partials' columns in kernel "v"'s order
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
@@ -373,6 +393,13 @@ def run_attention(
                   pdl=COMBINE_PDL)
         kern = None
         pdl = COMBINE_PDL
+    elif (tiles.kernel == "v" and has_qstart and raw_tail
+          and _v_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
+        _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
+                  tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL)
+        kern = None
+        pdl = COMBINE_PDL
+        perm = True
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
         extra["ASM"] = ptx_ok
@@ -490,6 +517,7 @@ def run_attention(
         num_warps=4,
         num_stages=2,
         **({"PDL": True, "launch_pdl": True} if pdl else {}),
+        **({"PERM": True} if perm else {}),
     )
     return out
 

@@ -1,0 +1,228 @@
+"""Stage 1 of the k8v4 spec-verify on Hopper warp-group products, query rows on M (Gluon).
+
+One program (one warp group) per (split, KV head, sequence), 64-token tiles, all K + 1 query
+tokens x the group's heads of a request (up to 64 rows) on the products' M side:
+
+* S = Q K^T: the query rows split into two fp8 parts (hi + lo, as kernels "q" and "h") are
+  the A operand in shared memory; the tile's fp8 keys, copied into shared memory as they lie
+  in the cache (``cp.async``, a ring of stages, as kernel "h"), are the B operand;
+* the softmax runs on S's accumulator (one row's tokens within four lanes);
+* O = P V: P (times the value scales) is the A operand straight from registers; the 4-bit
+  codes, copied into shared memory with the keys, are turned into fp16 once per tile and
+  stored as V^T [D, tokens] (the B operand, tokens contiguous), column 8 i + j of the head
+  (code j of word i) at row 32 j + i so that a warp's stores spread over all banks; the
+  partials keep that column order (a thread stores pairs of columns) and the combine
+  writes each column to its place in the output.
+
+fp8 e4m3 keys + 4-bit values, D = 256, K + 1 x group <= 64, pages of a power of two of at
+least 16 tokens, NVIDIA Hopper. The cache is read up to the K + 1 tail, which the combine
+takes from the raw K/V (as for the other verify kernels).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from ._kernel_g import _codes_f16, _cta_barrier
+from ._kernel_h import _async_load, _blocks, _launch_dependents, _q_split, _word_offsets
+
+NUM_WARPS = 4
+ROWS_MAX = 64  # query rows a program (the products' M)
+
+
+@gluon.constexpr_function
+def _copy_layout(bn, per_token):
+    """Copies of one tile [page parts of 16 tokens, 16 rows, per_token 4-byte items]: a warp
+    copies one part (two warps share one with 32-token tiles), 32 lanes along a token."""
+    parts = bn // 16
+    return gl.BlockedLayout([1, 16 * parts // 4, 4 if per_token > 32 else 1], [1, 1, 32], [parts, 4 // parts, 1],
+                            [2, 1, 0])
+
+
+@gluon.constexpr_function
+def _codes_read_layout(bn, words):
+    """The codes read back: [tokens / 8 groups, 8 tokens, words], a thread's 8 tokens of one
+    word consecutive (the f16x2 pairing), lanes along the words, warp w groups w (+ 4)."""
+    regs = [[0, 1, 0], [0, 2, 0], [0, 4, 0]] + ([[4, 0, 0]] if bn == 64 else [])
+    return gl.DistributedLinearLayout(regs, [[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 0, 8], [0, 0, 16]],
+                                      [[1, 0, 0], [2, 0, 0]], [], [bn // 8, 8, words])
+
+
+@gluon.jit(do_not_specialize=["num_splits"])
+def _tq_verify_kernel_v(
+    QR,  # [T, Hq, D] query
+    KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
+    BT,  # int32 [B, max_blocks]
+    SeqLens,  # int32 [B]
+    QStart,  # int32 [B + 1] first query token of each sequence
+    MidO,  # fp32 [B, HK, S, ROWS, D]
+    MidL,  # fp32 [B, HK, S, ROWS]
+    stride_qt,
+    stride_qh,
+    stride_kw,  # the cache's block stride in int32 words
+    stride_bt,
+    num_splits,
+    qk_scale,
+    SKP: gl.constexpr,
+    SKH: gl.constexpr,
+    HK: gl.constexpr,
+    G: gl.constexpr,
+    D: gl.constexpr,
+    PAGE: gl.constexpr,
+    STAGES: gl.constexpr,
+    QL: gl.constexpr,  # query tokens per sequence at most (K + 1)
+    BN: gl.constexpr = 64,  # tokens a tile (64 or 32)
+    PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
+):
+    NP: gl.constexpr = BN // 16  # page parts a tile
+    M: gl.constexpr = 64
+    ROWS: gl.constexpr = QL * G
+    W: gl.constexpr = D // 8  # code words a token
+    LS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+    LO: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+    LKC: gl.constexpr = _copy_layout(BN, D)  # key bytes, 4 a copy
+    LCC: gl.constexpr = _copy_layout(BN, W)  # code words
+    LCR: gl.constexpr = _codes_read_layout(BN, W)
+    LSZ: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    LQ: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    SK: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    SV: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=2 * BN, element_bitwidth=16, rank=2)
+    SC: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    S1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    sid = gl.program_id(0)
+    hk = gl.program_id(1)
+    b = gl.program_id(2)
+    seq_len = gl.load(SeqLens + b)
+    q0 = gl.load(QStart + b)
+    q_len = gl.maximum(gl.minimum(gl.minimum(gl.load(QStart + b + 1) - q0, QL), seq_len), 0)
+    cache_end = seq_len - q_len
+    per_split = gl.cdiv(gl.cdiv(cache_end, num_splits), BN) * BN
+    start = sid * per_split
+    end = gl.minimum(start + per_split, cache_end)
+    ntiles = gl.cdiv(gl.maximum(end - start, 0), BN)
+    last_page = gl.maximum(end - 1, 0) // PAGE
+    bt_row = BT + b.to(gl.int64) * stride_bt
+
+    # the query rows (row r: token r // G, head r % G of the group) as two fp8 parts in shared
+    # memory, the A operand of S
+    qrow = gl.arange(0, M, layout=gl.SliceLayout(1, LQ))
+    qcol = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
+    qok = (qrow < ROWS) & (qrow // G < q_len)
+    q_ptr = (QR + gl.expand_dims((q0 + qrow // G).to(gl.int64) * stride_qt + (hk * G + qrow % G) * stride_qh, 1)
+             + gl.expand_dims(qcol, 0))
+    qh, ql, inv = _q_split(gl.load(q_ptr, mask=gl.expand_dims(qok, 1) & gl.expand_dims(qcol >= 0, 0),
+                                   other=0.0).to(gl.float32))
+    qh_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, qh)
+    ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, ql)
+    LR: gl.constexpr = gl.SliceLayout(1, LS)
+    LRO: gl.constexpr = gl.SliceLayout(1, LO)
+    rsc = gl.convert_layout(inv, LR) * qk_scale
+
+    # rings of STAGES: the keys, the code words and the scale/zero words of a tile
+    ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
+    csm = gl.allocate_shared_memory(gl.int32, [STAGES, BN, W], SC)
+    zsm = gl.allocate_shared_memory(gl.int32, [STAGES, BN], S1)
+    vsm = gl.allocate_shared_memory(gl.float16, [D, BN], SV)  # V^T of the tile
+    K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
+    KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
+    kpos = gl.expand_dims(gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, gl.SliceLayout(2, LKC))), 1), 2) * 16
+    krow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LKC))), 0), 2)
+            * SKP + gl.expand_dims(gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, gl.SliceLayout(1, LKC))), 0),
+                                   1))
+    cpos = gl.expand_dims(gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, gl.SliceLayout(2, LCC))), 1), 2) * 16
+    crow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LCC))), 0), 2)
+            * (SKP // 4) + gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(
+                1, LCC))), 0), 1) + D // 4)
+    zpos = gl.arange(0, BN, layout=LSZ)
+    SZW: gl.constexpr = (D + D // 2) // 4
+    for j in gl.static_range(STAGES - 1):
+        n0 = start + j * BN
+        pk = n0 + kpos
+        _async_load(ksm.index(j).reshape([NP, 16, D]),
+                    K8 + 4 * _word_offsets(_blocks(bt_row, pk, last_page, PAGE), pk, stride_kw, PAGE, SKP) + krow,
+                    mask=pk < end)
+        pc = n0 + cpos
+        _async_load(csm.index(j).reshape([NP, 16, W]), KW + _word_offsets(_blocks(bt_row, pc, last_page, PAGE), pc, stride_kw, PAGE, SKP)
+                    + crow, mask=pc < end)
+        pz = n0 + zpos
+        _async_load(zsm.index(j), KW + _word_offsets(_blocks(bt_row, pz, last_page, PAGE), pz, stride_kw, PAGE, SKP)
+                    + SZW, mask=pz < end)
+        async_copy.commit_group()
+    n1 = start + (STAGES - 1) * BN
+    kblk = _blocks(bt_row, n1 + kpos, last_page, PAGE)
+    cblk = _blocks(bt_row, n1 + cpos, last_page, PAGE)
+    zblk = _blocks(bt_row, n1 + zpos, last_page, PAGE)
+
+    st = gl.arange(0, BN, layout=gl.SliceLayout(0, LS))
+    ocol = gl.arange(0, D, layout=gl.SliceLayout(0, LO))
+    m_i = gl.full([M], float("-inf"), gl.float32, layout=LR)
+    l_i = gl.zeros([M], gl.float32, layout=LR)
+    z_i = gl.zeros([M], gl.float32, layout=LR)
+    acc = gl.zeros([M, D], gl.float32, layout=LO)
+    for it in range(0, ntiles):
+        n0 = start + it * BN
+        cur = it % STAGES
+        async_copy.wait_group(STAGES - 2)
+        fence_async_shared()
+        _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
+        # refill the stage the previous tile used
+        nxt = (it + STAGES - 1) % STAGES
+        pa = n0 + (STAGES - 1) * BN
+        _async_load(ksm.index(nxt).reshape([NP, 16, D]),
+                    K8 + 4 * _word_offsets(kblk, pa + kpos, stride_kw, PAGE, SKP) + krow, mask=pa + kpos < end)
+        _async_load(csm.index(nxt).reshape([NP, 16, W]), KW + _word_offsets(cblk, pa + cpos, stride_kw, PAGE, SKP) + crow,
+                    mask=pa + cpos < end)
+        _async_load(zsm.index(nxt), KW + _word_offsets(zblk, pa + zpos, stride_kw, PAGE, SKP) + SZW,
+                    mask=pa + zpos < end)
+        async_copy.commit_group()
+        kblk = _blocks(bt_row, pa + BN + kpos, last_page, PAGE)
+        cblk = _blocks(bt_row, pa + BN + cpos, last_page, PAGE)
+        zblk = _blocks(bt_row, pa + BN + zpos, last_page, PAGE)
+
+        # V^T of this tile: code j of word i (head column 8 i + j) -> row 32 j + i, fp16
+        cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
+        c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(cw)
+        cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
+        vsm.store(gl.reshape(gl.permute(cj, (5, 4, 3, 2, 0, 1)), [D, BN]))
+
+        kcur = ksm.index(cur)
+        s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS))
+        s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s)
+        s = s * gl.expand_dims(rsc, 1)
+        valid = n0 + st < end
+        s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_use)
+        p = gl.exp2(s - gl.expand_dims(m_use, 1))
+        m_i = m_new
+        szw = gl.where(valid, zsm.index(cur).load(gl.SliceLayout(0, LS)), 0)
+        vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+        vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 0), 1)
+        pa16 = gl.convert_layout((p * gl.expand_dims(vs, 0)).to(gl.float16), gl.DotOperandLayout(0, LO, 2))
+        fence_async_shared()
+        _cta_barrier()  # V^T is stored
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
+        acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
+    async_copy.wait_group(0)
+    if PDL:
+        _launch_dependents()
+
+    has = l_i > 0.0
+    l_safe = gl.where(has, l_i, 1.0)
+    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
+    zo = gl.where(has, z_i / l_safe, 0.0)
+    rows = gl.arange(0, M, layout=LR)
+    mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * ROWS
+    gl.store(MidL + mid + rows, lse, mask=rows < ROWS)
+    o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 1) + gl.expand_dims(gl.convert_layout(zo, LRO), 1)
+    orow = gl.expand_dims(gl.arange(0, M, layout=LRO), 1)
+    # stored in the operand's column order (32 j + i for head column 8 i + j: pairs of columns
+    # a thread, whole sectors a quad); the combine reads them back in head order
+    ocol2 = gl.expand_dims(ocol, 0)
+    gl.store(MidO + (mid + orow) * D + ocol2, o, mask=(orow < ROWS) & (ocol2 >= 0))
