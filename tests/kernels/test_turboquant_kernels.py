@@ -331,19 +331,64 @@ def test_fp8_tensor_core_kernel(hq, hk, page, pf):
 
 
 def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
-    """Verify on Hopper (and under the interpreter) runs kernel "q"; elsewhere, with unaligned
-    slots and for decode the previous defaults stay."""
+    """Verify on Hopper (and under the interpreter) runs kernel "v" for D = 256 and up to 64
+    rows, kernel "q" for other head sizes and more rows; elsewhere, with unaligned slots and
+    for decode the previous defaults stay."""
     from vllm_genesis.turboquant._launch import default_tiles, fp8_mma_default
 
-    verify = default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True)
+    assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True).kernel == "v"
+    assert default_tiles(256, 32, True, 64, 8192, True, fp8_mma=True).kernel == "v"
+    verify = default_tiles(128, 64, True, 4, 32768, True, fp8_mma=True)
     assert verify.kernel == "q" and verify.rows_m and verify.prefetch == 2
     assert default_tiles(128, 32, True, 64, 8192, True, fp8_mma=True).rows_m
-    assert verify.rsplit == 1 and default_tiles(256, 128, True, 4, 32768, True, fp8_mma=True).rsplit == 2
+    wide = default_tiles(256, 128, True, 4, 32768, True, fp8_mma=True)
+    assert verify.rsplit == 1 and wide.kernel == "q" and wide.rsplit == 2
     assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=False).kernel == "n"
     assert default_tiles(256, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"
     assert default_tiles(256, 16, True, 4, 32768, True, fp8_mma=True).kernel == "n"
     if not CUDA:
         assert fp8_mma_default(0)  # the interpreter: the tests above run the default path
+
+
+def test_kernel_v_splits_fill_one_wave():
+    """Kernel "v"'s split count: two programs an SM, one wave of them rounded down (a few
+    more would run as a second wave), splits of at least 256 tokens, at most 64 (128 from
+    64K tokens on)."""
+    from vllm_genesis.turboquant._launch import TileConfig, default_num_splits
+
+    v = TileConfig(64, 4, 2, "v")
+    got = {(b, ctx): default_num_splits(b, 4, ctx, 132, v, True, 256)
+           for b, ctx in [(1, 32768), (2, 32768), (8, 8192), (64, 4096), (1, 1000), (1, 131072), (100, 4096)]}
+    assert got == {(1, 32768): 64, (2, 32768): 33, (8, 8192): 8, (64, 4096): 1, (1, 1000): 4, (1, 131072): 66,
+                   (100, 4096): 1}
+    for (b, _ctx), s in got.items():
+        assert b * 4 * s <= 2 * 132 or s == 1
+
+
+def test_verify_default_runs_kernel_q_where_kernel_v_cannot(monkeypatch):
+    """The default verify plan for D = 256 names kernel "v"; where it cannot run (here: the
+    interpreter) the launcher runs kernel "q" instead, and the result matches float64."""
+    from vllm_genesis.turboquant import _launch
+
+    seen = []
+    real = _launch._tq_split_kernel_q
+
+    class Spy:
+        def __getitem__(self, grid):
+            seen.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(_launch, "_tq_split_kernel_q", Spy())
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=[97, 300], query_lens=[3, 2], num_heads=12, num_kv_heads=2, head_dim=256, block_size=16,
+                    layout=lay, device=DEV)
+    tiles, _ = _launch.cache_plan(c["kv_cache"], 2, 256, 6, 3, lay, 300)
+    out = _run_verify(c, lay)
+    if not CUDA or _launch.fp8_mma_default(0):
+        assert tiles.kernel == "v"
+    if not CUDA:
+        assert seen, "kernel q did not run"
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
 
 
 @pytest.mark.parametrize("pf", [False, True], ids=["pipeliner", "prefetch"])
@@ -853,6 +898,47 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
     assert got["launch_dependents"] == pdl
     if pdl:
         assert got["dependents_after_loop"]
+
+
+_VERIFY_BUILD = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from vllm_genesis.turboquant import _kernel_v as KV
+
+group, page, stages, ql, bn, pdl = (int(x) for x in sys.argv[1:7])
+jit = KV._tq_verify_kernel_v
+names = jit.arg_names
+ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
+        "MidL": "*fp32"}
+consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, QL=ql, BN=bn, PDL=bool(pdl))
+sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
+src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
+                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": KV.NUM_WARPS})
+ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
+print(json.dumps({k: ir.count(k) for k in ("ttg.local_store", "ttg.local_load")}
+                 | {"wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.ca.shared.global"),
+                    "launch_dependents": ptx.count("griddepcontrol.launch_dependents")}))
+"""
+
+
+@pytest.mark.parametrize("group,page,stages,ql,bn,pdl", [(6, 16, 2, 6, 64, 1), (8, 128, 3, 8, 64, 0),
+                                                         (4, 32, 2, 2, 32, 1), (8, 16, 2, 4, 32, 0)])
+def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages, ql, bn, pdl):
+    """Kernel "v" builds for sm_90 (Triton's own ptxas) for 8 to 64 rows, pages of 16 to 128
+    tokens, 2 or 3 stages and 32- or 64-token tiles. Per tile each thread copies the keys
+    (tokens x 256 bytes), the code words (tokens x 32) and the scale/zero word with 4-byte
+    ``cp.async`` (64-token tiles: 32 + 16 + 1; the prologue fills STAGES - 1 stages), the
+    scores take 16 warp-group products (8 k-steps x 2 query parts) and P V one per 16 tokens;
+    the tile's V^T is the only shared-memory store and the codes and scale/zero words the only
+    loads from it; with ``PDL`` it lets the combine be launched once, after its products."""
+    got = _sm90_build(_VERIFY_BUILD, group, page, stages, ql, bn, pdl)
+    assert got["wgmma"] == 16 + bn // 16
+    assert got["cp_async"] == (bn // 2 + bn // 4 + 1) * stages
+    assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 2
+    assert got["launch_dependents"] == pdl
 
 
 _COMBINE_BUILD = """

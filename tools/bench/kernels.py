@@ -340,12 +340,12 @@ def tune_variants(kind, B, D, rows, S):
     ``S`` is ``pick_num_splits``'s count.
     """
     from vllm_genesis.turboquant._launch import TileConfig as T
+    from vllm_genesis.turboquant._launch import verify_q_tiles
 
     if rows > 16:  # verify
-        old, s_old = T(64, 4, 2, "q"), S
-        out = [(T(64, 4, 5, "q", 2, rows_m=True), S), (T(64, 4, 4, "q", 2, rows_m=True, lazy=-1.0), S),
-               (T(32, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S), (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2),
-               (T(32, 4, 5), S)]
+        old, s_old = verify_q_tiles(64), S
+        out = [(T(64, 4, 2, "v"), max(1, S // 2)), (T(32, 4, 2, "v"), S), (T(64, 4, 3, "v"), S),
+               (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2), (T(32, 4, 5), S)]
     elif D >= 256:
         old, s_old = T(64, 4, 1, "n", True, words=4), S
         out = [(T(64, 4, 5, "q"), S), (T(64, 4, 5, "q", 2), S), (T(64, 4, 3, "q", 2), S)]

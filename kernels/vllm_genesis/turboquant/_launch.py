@@ -127,16 +127,25 @@ def default_tiles(
             return TileConfig(16 if programs < 32 else 64, 4, 1)
         return TileConfig(32, 4 if programs < 32 else 2, 1)
     if m_pad > 16:
+        if fp8_mma and words_ok and head_dim == 256 and m_pad <= 64:
+            # kernel "v" (Hopper warp-group products; the launcher runs kernel "q" where it
+            # cannot)
+            return TileConfig(64, 4, 2, "v")
         if fp8_mma and words_ok and head_dim >= 64:
-            # more than 64 rows: the query tokens over several programs of at most 64 rows
-            # (128 rows x D = 256 would need 256 accumulator registers per thread)
-            return TileConfig(64, 4, 5, "q", 2, lazy=-1.0, rows_m=True, rsplit=max(1, m_pad // 64))
+            return verify_q_tiles(m_pad)
         return TileConfig(32, 4, 5)
     if programs >= 32:
         if head_dim == 128 and words_ok:
             return TileConfig(32, 2, 5, "w", words=2)
         return TileConfig(64, 4, 3, maxnreg=168)
     return TileConfig(64, 4, 1, "n", True, words=4)
+
+
+def verify_q_tiles(m_pad: int) -> TileConfig:
+    """Kernel "q" for verify: query rows on M, 64-token tiles, keys on a 5-stage pipeline,
+    codes a tile ahead; more than 64 rows: the query tokens over several programs of at most
+    64 rows (128 rows x D = 256 would need 256 accumulator registers per thread)."""
+    return TileConfig(64, 4, 5, "q", 2, lazy=-1.0, rows_m=True, rsplit=max(1, m_pad // 64))
 
 
 @lru_cache(maxsize=None)
@@ -166,6 +175,11 @@ def default_num_splits(
     """``pick_num_splits``; a quarter of it for 2-warp per-warp-state programs (H200 sweeps at
     B=8 x 32K and B=32 x 8K, D=128: half the count 8-10% faster than the full one, a quarter
     another 5% in three runs)."""
+    if tiles.kernel == "v":
+        # two programs fit an SM: one wave of them, rounded down (a few programs more would
+        # run as a second wave; H200 sweeps, docs/KERNELS.md), splits of at least 256 tokens
+        cap = pick_num_splits(batch, num_kv_heads, max_context, n_sms, min_tokens_per_split=256)
+        return max(1, min(2 * n_sms // max(1, batch * num_kv_heads), cap))
     s = pick_num_splits(batch, num_kv_heads, max_context, n_sms)
     if _per_warp_ok(tiles, words_ok, head_dim) and tiles.num_warps == 2 and tiles.vsplit == 1:
         s = max(1, s // 4)
@@ -379,6 +393,9 @@ def run_attention(
     pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
     perm = False  # the partials' columns in kernel "v"'s order
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
+    if tiles.kernel == "v" and not (has_qstart and raw_tail and _v_kernel_ok(layout, words_ok, D, G, QL, ptx_ok,
+                                                                              kv_cache)):
+        tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
@@ -393,8 +410,7 @@ def run_attention(
                   pdl=COMBINE_PDL)
         kern = None
         pdl = COMBINE_PDL
-    elif (tiles.kernel == "v" and has_qstart and raw_tail
-          and _v_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
+    elif tiles.kernel == "v":
         _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
                   tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL)
         kern = None
