@@ -948,7 +948,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from vllm_genesis.turboquant._kernels import _tq_combine_kernel as jit
 
-pdl, tail = (int(x) for x in sys.argv[1:3])
+pdl, tail, launch = (int(x) for x in sys.argv[1:4])
 names = jit.arg_names
 ptrs = {"MidO": "*fp32", "MidL": "*fp32", "Q": "*bf16", "KR": "*bf16", "VR": "*bf16", "Out": "*bf16",
         "SeqLens": "*i32", "QStart": "*i32"}
@@ -956,7 +956,7 @@ consts = dict(HK=4, G=6, QL=6 if tail else 1, ROWS=36 if tail else 6, D=256, DC=
               QL_PAD=8 if tail else 2, RAW_TAIL=bool(tail), HAS_QSTART=bool(tail), PDL=bool(pdl))
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = ASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()})
-ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": bool(pdl)})
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": bool(launch)})
 ptx = ck.asm["ptx"]
 wait = ptx.find("griddepcontrol.wait")
 loads = [i for i in range(len(ptx)) if ptx.startswith("ld.global", i)]
@@ -965,16 +965,35 @@ print(json.dumps({"wait": ptx.count("griddepcontrol.wait"), "loads": len(loads),
 """
 
 
-@pytest.mark.parametrize("pdl,tail", [(1, 0), (1, 1), (0, 0)], ids=["pdl-decode", "pdl-verify", "plain"])
-def test_combine_after_kernel_h_waits_for_it_before_any_load(pdl, tail):
-    """The combine launched as a programmatic dependent of kernel "h" (sm_90 build, Triton's own
-    ptxas) waits for stage 1's grid (``griddepcontrol.wait``) before its first global load, and
-    is marked for that launch; without ``PDL`` it has no wait."""
-    got = _sm90_build(_COMBINE_BUILD, pdl, tail)
+@pytest.mark.parametrize("pdl,tail,launch", [(1, 0, 1), (1, 1, 1), (1, 0, 0), (0, 0, 0)],
+                         ids=["graph-decode", "graph-verify", "eager", "plain"])
+def test_combine_after_kernel_h_waits_for_it_before_any_load(pdl, tail, launch):
+    """The combine after kernels "h" and "v" (sm_90 build, Triton's own ptxas) waits for stage
+    1's grid (``griddepcontrol.wait``) before its first global load, built for a programmatic
+    dependent launch (inside CUDA graphs) or a plain one (eager calls: the wait returns at
+    once); without ``PDL`` it has no wait."""
+    got = _sm90_build(_COMBINE_BUILD, pdl, tail, launch)
     assert got["loads"] > 0
-    assert got["wait"] == pdl and got["launch_pdl"] == bool(pdl)
+    assert got["wait"] == pdl and got["launch_pdl"] == bool(launch)
     if pdl:
         assert got["loads_before_wait"] == 0
+
+
+def test_combine_is_a_dependent_launch_only_inside_graphs_or_when_asked():
+    """Eager calls launch the combine plainly (a programmatic dependent launch costs host
+    time); inside a CUDA-graph capture, or inside ``programmatic_combine(True)`` (the warm-up),
+    it is one; the setting is restored when the block ends, also on an error."""
+    from vllm_genesis.turboquant import _launch
+
+    assert _launch._pdl_launch() is False
+    with _launch.programmatic_combine(True):
+        assert _launch._pdl_launch() is True
+        with _launch.programmatic_combine(False):
+            assert _launch._pdl_launch() is False
+        assert _launch._pdl_launch() is True
+    with pytest.raises(RuntimeError), _launch.programmatic_combine(True):
+        raise RuntimeError("boom")
+    assert _launch._pdl_launch() is False
 
 
 def test_gluon_kernel_request_falls_back_where_it_cannot_run():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -257,8 +258,30 @@ def _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, num_splits, qk_
     )
 
 
-# kernel "h"'s combine as a programmatic dependent launch (its launch overlaps stage 1's end)
+# kernels "h" and "v": the combine as a programmatic dependent launch (its launch overlaps
+# stage 1's end) inside CUDA graphs; an eager launch of that kind costs ~60 us more host time
+# (H200, docs/KERNELS.md), so eager calls launch it plainly (it waits for nothing then)
 COMBINE_PDL = True
+_PDL_FORCED: bool | None = None
+
+
+@contextmanager
+def programmatic_combine(enabled: bool):
+    """Launch the combine after kernels "h" and "v" as a programmatic dependent launch (True)
+    or plainly (False) inside this block, whether or not a CUDA graph is being captured (the
+    warm-up builds both variants this way)."""
+    global _PDL_FORCED
+    saved, _PDL_FORCED = _PDL_FORCED, enabled
+    try:
+        yield
+    finally:
+        _PDL_FORCED = saved
+
+
+def _pdl_launch() -> bool:
+    if _PDL_FORCED is not None:
+        return _PDL_FORCED
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
@@ -532,7 +555,7 @@ def run_attention(
         HAS_QSTART=has_qstart,
         num_warps=4,
         num_stages=2,
-        **({"PDL": True, "launch_pdl": True} if pdl else {}),
+        **({"PDL": True, "launch_pdl": _pdl_launch()} if pdl else {}),
         **({"PERM": True} if perm else {}),
     )
     return out

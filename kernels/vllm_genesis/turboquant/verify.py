@@ -132,7 +132,7 @@ def warmup_verify(
     split count (the launchers' own count, ``verify_num_splits``, needs none): the variants
     with and without it are built. Returns the number of launches.
     """
-    from ._launch import combine_chunk
+    from ._launch import combine_chunk, programmatic_combine
     from .decode import tq_decode_attention
 
     lay = as_layout(layout, head_dim)
@@ -153,22 +153,25 @@ def warmup_verify(
         for batch, splits in chosen.values():
             bt = torch.zeros(batch, max_blocks, dtype=torch.int32, device=device)
             common = dict(layout=lay, centroids=centroids, PiT=PiT, num_splits=splits, dot_bf16=dot_bf16)
-            if ql == 0:
-                q = torch.zeros(batch, num_heads, head_dim, dtype=dtype, device=device)
-                tq_decode_attention(q, cache, bt, torch.ones(batch, dtype=torch.int32, device=device), **common)
-            else:
-                q = torch.zeros(batch * ql, num_heads, head_dim, dtype=dtype, device=device)
-                k = v = None
-                if raw_tail:
-                    k = torch.zeros(batch * ql, num_kv_heads, head_dim, dtype=dtype, device=device)
-                    v = torch.zeros_like(k)
-                tq_verify_attention(
-                    q, k, v, cache, bt,
-                    torch.full((batch,), ql + 1, dtype=torch.int32, device=device),
-                    torch.arange(0, batch * ql + 1, ql, dtype=torch.int32, device=device),
-                    ql, **common,
-                )
-            launches += 1
+            # on a GPU the combine's two launch kinds: eager, and as inside CUDA graphs
+            for pdl in (False, True) if cache.is_cuda else (False,):
+                with programmatic_combine(pdl):
+                    if ql == 0:
+                        q = torch.zeros(batch, num_heads, head_dim, dtype=dtype, device=device)
+                        tq_decode_attention(q, cache, bt, torch.ones(batch, dtype=torch.int32, device=device), **common)
+                    else:
+                        q = torch.zeros(batch * ql, num_heads, head_dim, dtype=dtype, device=device)
+                        k = v = None
+                        if raw_tail:
+                            k = torch.zeros(batch * ql, num_kv_heads, head_dim, dtype=dtype, device=device)
+                            v = torch.zeros_like(k)
+                        tq_verify_attention(
+                            q, k, v, cache, bt,
+                            torch.full((batch,), ql + 1, dtype=torch.int32, device=device),
+                            torch.arange(0, batch * ql + 1, ql, dtype=torch.int32, device=device),
+                            ql, **common,
+                        )
+                launches += 1
     return launches
 
 
