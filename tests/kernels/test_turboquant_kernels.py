@@ -792,27 +792,30 @@ def test_verify_beyond_64_rows_splits_the_query_tokens():
 # ---------------------------------------------------------------- kernel "g" (Gluon, opt-in)
 
 
-_GLUON_BUILD = """
-import json, sys
+# Builds one Gluon kernel of the package for sm_90: argv = module, kernel, its constexprs (a
+# Python expression; ``M`` is the module); prints the counts the tests look at, as JSON.
+_GLUON_SM90_BUILD = """
+import importlib, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
-from vllm_genesis.turboquant import _kernel_g as KG
 
-group = int(sys.argv[1])
-jit = KG._tq_decode_kernel_g
+M = importlib.import_module("vllm_genesis.turboquant." + sys.argv[1])
+jit = getattr(M, sys.argv[2])
+consts = eval(sys.argv[3], {"M": M})
 names = jit.arg_names
-ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "MidO": "*fp32", "MidL": "*fp32"}
-page, block_n = int(sys.argv[2]), int(sys.argv[3])
-consts = dict(HK=4, G=group, D=256, PAGE=page, BLOCK_N=block_n, SKP=4 * 388, SKH=388,
-              **KG.g_layouts(256, page, group, block_n))
+ptrs = {n: t for n, t in {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32",
+                          "MidO": "*fp32", "MidL": "*fp32"}.items() if n in names}
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
-ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": KG.NUM_WARPS})
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": M.NUM_WARPS})
 ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
 print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_store", "ttg.local_load")}
-                 | {"mma": ptx.count("mma.sync.aligned.m16n8k16")}))
+                 | {"mma": ptx.count("mma.sync.aligned.m16n8k16"), "wgmma": ptx.count("wgmma.mma_async"),
+                    "cp_async": ptx.count("cp.async.ca.shared.global"),
+                    "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
+                    "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol")}))
 """
 
 
@@ -839,7 +842,9 @@ def test_gluon_decode_operands_stay_in_registers(group, page, block_n):
     and that of the scale/zero words to the score tile's tokens are asserted trivial while it
     is built (no data moves between threads), and the only shared memory it uses is the
     exchange of the warps' partial score tiles (one store, four loads a tile)."""
-    got = _sm90_build(_GLUON_BUILD, group, page, block_n)
+    consts = (f"dict(HK=4, G={group}, D=256, PAGE={page}, BLOCK_N={block_n}, SKP=4 * 388, SKH=388, "
+              f"**M.g_layouts(256, {page}, {group}, {block_n}))")
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_g", "_tq_decode_kernel_g", consts)
     # the loop runs two tiles a step: per tile the key and code operands, the scale/zero words
     # and the rescale factors (to the accumulator's layout); outside it the last tile's code
     # operand and rescale factors, the final sums and zero terms
@@ -848,33 +853,6 @@ def test_gluon_decode_operands_stay_in_registers(group, page, block_n):
     # per 64-token tile 16 score and 16 value products for each 8 query rows, and the last
     # tile's values
     assert got["mma"] == (2 * 32 + 16) * (2 if group > 8 else 1) * block_n // 64
-
-
-_HOPPER_BUILD = """
-import json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from vllm_genesis.turboquant import _kernel_h as KH
-
-group, page, stages, ql, qpp, pdl = (int(x) for x in sys.argv[1:7])
-jit = KH._tq_decode_kernel_h
-names = jit.arg_names
-ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
-        "MidL": "*fp32"}
-rows = max(8, 1 << (qpp * group - 1).bit_length())
-consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, R=rows, QL=ql, QPP=qpp,
-              RSPLIT=-(-ql // qpp), HAS_QSTART=ql > 1, PDL=bool(pdl))
-sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
-src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
-                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
-ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": KH.NUM_WARPS})
-ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
-print(json.dumps({k: ir.count(k) for k in ("ttg.local_store", "ttg.local_load")}
-                 | {"wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.ca.shared.global"),
-                    "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
-                    "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol")}))
-"""
 
 
 @pytest.mark.parametrize("group,page,stages,ql,qpp,pdl", [(6, 16, 2, 1, 1, 1), (8, 128, 3, 1, 1, 0),
@@ -891,37 +869,16 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
     probabilities where they lie; the code operand's layout conversions are asserted trivial
     while it is built). With ``PDL`` it lets the combine be launched once its products are done
     (one ``griddepcontrol.launch_dependents`` after the last product), and not without it."""
-    got = _sm90_build(_HOPPER_BUILD, group, page, stages, ql, qpp, pdl)
+    consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388,
+                  R=max(8, 1 << (qpp * group - 1).bit_length()), QL=ql, QPP=qpp, RSPLIT=-(-ql // qpp),
+                  HAS_QSTART=ql > 1, PDL=bool(pdl))
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
     assert got["wgmma"] == 16 + 16
     assert got["cp_async"] == 32 * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 0
     assert got["launch_dependents"] == pdl
     if pdl:
         assert got["dependents_after_loop"]
-
-
-_VERIFY_BUILD = """
-import json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from vllm_genesis.turboquant import _kernel_v as KV
-
-group, page, stages, ql, bn, pdl = (int(x) for x in sys.argv[1:7])
-jit = KV._tq_verify_kernel_v
-names = jit.arg_names
-ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
-        "MidL": "*fp32"}
-consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, QL=ql, BN=bn, PDL=bool(pdl))
-sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
-src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
-                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
-ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": KV.NUM_WARPS})
-ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
-print(json.dumps({k: ir.count(k) for k in ("ttg.local_store", "ttg.local_load")}
-                 | {"wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async.ca.shared.global"),
-                    "launch_dependents": ptx.count("griddepcontrol.launch_dependents")}))
-"""
 
 
 @pytest.mark.parametrize("group,page,stages,ql,bn,pdl", [(6, 16, 2, 6, 64, 1), (8, 128, 3, 8, 64, 0),
@@ -934,7 +891,8 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
     scores take 16 warp-group products (8 k-steps x 2 query parts) and P V one per 16 tokens;
     the tile's V^T is the only shared-memory store and the codes and scale/zero words the only
     loads from it; with ``PDL`` it lets the combine be launched once, after its products."""
-    got = _sm90_build(_VERIFY_BUILD, group, page, stages, ql, bn, pdl)
+    consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, QL=ql, BN=bn, PDL=bool(pdl))
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
     assert got["wgmma"] == 16 + bn // 16
     assert got["cp_async"] == (bn // 2 + bn // 4 + 1) * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 2

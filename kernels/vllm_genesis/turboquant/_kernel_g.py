@@ -163,12 +163,28 @@ def _codes_f16(w):
 
 
 @gluon.jit
+def _codes_joined(w):
+    """Code words -> [..., 2, 2, 2] fp16 codes: code j = 4 j2 + 2 j1 + j0 of each word at index
+    [..., j0, j1, j2] (``_codes_f16``'s pairing: consecutive elements are two tokens)."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(w)
+    return gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
+
+
+@gluon.jit
+def _row_totals(m_i, l_i, z_i):
+    """A row's softmax sum (1 where it saw no token), log2-sum-exp (-inf there) and mean value
+    zero term, from its running maximum and sums."""
+    has = l_i > 0.0
+    l_safe = gl.where(has, l_i, 1.0)
+    return l_safe, gl.where(has, m_i + gl.log2(l_safe), float("-inf")), gl.where(has, z_i / l_safe, 0.0)
+
+
+@gluon.jit
 def _values(vw, pt, alpha, acc, LC: gl.constexpr, BLOCK_N: gl.constexpr, DW: gl.constexpr):
     """acc * alpha + V^T P^T for one tile: ``pt`` the probabilities (times the value scales) as
     the B operand [4, BLOCK_N, R], ``vw`` the tile's code words; code j of a thread's word is
     head column 8j + lane // 4 of its warp's quarter (M side)."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(gl.reshape(vw, [4, BLOCK_N, 8]))
-    cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
+    cj = _codes_joined(gl.reshape(vw, [4, BLOCK_N, 8]))
     # [4, BLOCK_N, lane // 4, j0, j1, j2] -> [4, 8 j + lane // 4, BLOCK_N]
     cj = gl.reshape(gl.permute(cj, (0, 5, 4, 3, 2, 1)), [4, DW, BLOCK_N])
     vop = gl.convert_layout(cj, gl.DotOperandLayout(0, LC, 2), assert_trivial=True)
@@ -314,10 +330,7 @@ def _tq_decode_kernel_g(
             vin, zin, bt_row, kpg, vpg, zpg, last_page, ok, wkb, st, qk_scale, PAGE, SKP, W, DW, BLOCK_N, R, LC)
     acc = _values(vw, pt, alpha, acc, LC, BLOCK_N, DW)  # the last tile's values
 
-    has = l_i > 0.0
-    l_safe = gl.where(has, l_i, 1.0)
-    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
-    zo = gl.where(has, z_i / l_safe, 0.0)
+    l_safe, lse, zo = _row_totals(m_i, l_i, z_i)
     rows = gl.arange(0, R, layout=LR)
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
     gl.store(MidL + mid + rows, lse, mask=rows < G)

@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from ._kernel_g import _codes_f16, _cta_barrier
+from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
 
 NUM_WARPS = 4
 # the cp.async copy's name differs between Gluon versions (3.6: async_copy_global_to_shared,
@@ -98,6 +98,28 @@ def _launch_dependents():
 
 
 @gluon.jit
+def _split_range(SeqLens, QStart, b, sid, num_splits, QL: gl.constexpr, HAS_QSTART: gl.constexpr, BN: gl.constexpr,
+                 PAGE: gl.constexpr):
+    """Sequence ``b``'s first query token and query length (verify: from QStart, at most QL;
+    decode: ``b`` and 1), and split ``sid``'s share of the cached context in whole tiles:
+    start, end, tile count and last page. Verify reads the cache up to the K + 1 tail, which
+    the combine takes from the raw K/V."""
+    seq_len = gl.load(SeqLens + b)
+    if HAS_QSTART:
+        q0 = gl.load(QStart + b)
+        q_len = gl.maximum(gl.minimum(gl.minimum(gl.load(QStart + b + 1) - q0, QL), seq_len), 0)
+        cache_end = seq_len - q_len
+    else:
+        q0 = b
+        q_len = gl.minimum(seq_len, 1)
+        cache_end = seq_len
+    per_split = gl.cdiv(gl.cdiv(cache_end, num_splits), BN) * BN
+    start = sid * per_split
+    end = gl.minimum(start + per_split, cache_end)
+    return q0, q_len, start, end, gl.cdiv(gl.maximum(end - start, 0), BN), gl.maximum(end - 1, 0) // PAGE
+
+
+@gluon.jit
 def _blocks(bt_row, pos, last_page, PAGE: gl.constexpr):
     """Block ids of positions ``pos`` (pages past the last: the last). Loaded a step before
     their use, so that no address waits for the block table."""
@@ -114,9 +136,7 @@ def _word_offsets(blk, pos, stride_kw, PAGE: gl.constexpr, SKP: gl.constexpr):
 def _value_operand(cw, LO: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr):
     """Code words [D / 8, tokens] -> the A operand V^T [D, tokens] in fp16. Row m of the operand
     is code j of word i with m = 128 j2 + 64 j1 + 16 (i // 8) + 8 j0 + i % 8 (j = 4 j2 + 2 j1 + j0)."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(cw)
-    cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
-    cj = gl.reshape(cj, [4, 8, BLOCK_N, 2, 2, 2])
+    cj = gl.reshape(_codes_joined(cw), [4, 8, BLOCK_N, 2, 2, 2])
     cj = gl.reshape(gl.permute(cj, (5, 4, 0, 3, 1, 2)), [D, BLOCK_N])
     return gl.convert_layout(cj, gl.DotOperandLayout(0, LO, 2), assert_trivial=True)
 
@@ -167,20 +187,8 @@ def _tq_decode_kernel_h(
     part = pid0 - sid * RSPLIT
     hk = gl.program_id(1)
     b = gl.program_id(2)
-    seq_len = gl.load(SeqLens + b)
-    if HAS_QSTART:
-        # verify: the K + 1 query tokens' own positions come from the raw tail (the combine)
-        q0 = gl.load(QStart + b)
-        q_len = gl.maximum(gl.minimum(gl.minimum(gl.load(QStart + b + 1) - q0, QL), seq_len), 0)
-        cache_end = seq_len - q_len
-    else:
-        q0 = b
-        cache_end = seq_len
-    per_split = gl.cdiv(gl.cdiv(cache_end, num_splits), BN) * BN
-    start = sid * per_split
-    end = gl.minimum(start + per_split, cache_end)
-    ntiles = gl.cdiv(gl.maximum(end - start, 0), BN)
-    last_page = gl.maximum(end - 1, 0) // PAGE
+    q0, q_len, start, end, ntiles, last_page = _split_range(SeqLens, QStart, b, sid, num_splits, QL, HAS_QSTART, BN,
+                                                            PAGE)
     bt_row = BT + b.to(gl.int64) * stride_bt
 
     # the query rows as two fp8 parts in shared memory (the scores' B operand, K-major)
@@ -281,10 +289,7 @@ def _tq_decode_kernel_h(
 
     l_i = gl.sum(l_e, 0)
     z_i = gl.sum(z_e, 0)
-    has = l_i > 0.0
-    l_safe = gl.where(has, l_i, 1.0)
-    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
-    zo = gl.where(has, z_i / l_safe, 0.0)
+    l_safe, lse, zo = _row_totals(m_i, l_i, z_i)
     rows = gl.arange(0, R, layout=LRS)
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * ROWS + part * (QPP * G)
     gl.store(MidL + mid + rows, lse, mask=(rows < QPP * G) & (part * (QPP * G) + rows < ROWS))

@@ -26,8 +26,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from ._kernel_g import _codes_f16, _cta_barrier
-from ._kernel_h import _async_load, _blocks, _launch_dependents, _q_split, _word_offsets
+from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
+from ._kernel_h import _async_load, _blocks, _launch_dependents, _q_split, _split_range, _word_offsets
 
 NUM_WARPS = 4
 ROWS_MAX = 64  # query rows a program (the products' M)
@@ -95,15 +95,7 @@ def _tq_verify_kernel_v(
     sid = gl.program_id(0)
     hk = gl.program_id(1)
     b = gl.program_id(2)
-    seq_len = gl.load(SeqLens + b)
-    q0 = gl.load(QStart + b)
-    q_len = gl.maximum(gl.minimum(gl.minimum(gl.load(QStart + b + 1) - q0, QL), seq_len), 0)
-    cache_end = seq_len - q_len
-    per_split = gl.cdiv(gl.cdiv(cache_end, num_splits), BN) * BN
-    start = sid * per_split
-    end = gl.minimum(start + per_split, cache_end)
-    ntiles = gl.cdiv(gl.maximum(end - start, 0), BN)
-    last_page = gl.maximum(end - 1, 0) // PAGE
+    q0, q_len, start, end, ntiles, last_page = _split_range(SeqLens, QStart, b, sid, num_splits, QL, True, BN, PAGE)
     bt_row = BT + b.to(gl.int64) * stride_bt
 
     # the query rows (row r: token r // G, head r % G of the group) as two fp8 parts in shared
@@ -184,9 +176,7 @@ def _tq_verify_kernel_v(
 
         # V^T of this tile: code j of word i (head column 8 i + j) -> row 32 j + i, fp16
         cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
-        c0, c1, c2, c3, c4, c5, c6, c7 = _codes_f16(cw)
-        cj = gl.join(gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7)))
-        vsm.store(gl.reshape(gl.permute(cj, (5, 4, 3, 2, 0, 1)), [D, BN]))
+        vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, BN]))
 
         kcur = ksm.index(cur)
         s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS))
@@ -213,10 +203,7 @@ def _tq_verify_kernel_v(
     if PDL:
         _launch_dependents()
 
-    has = l_i > 0.0
-    l_safe = gl.where(has, l_i, 1.0)
-    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))
-    zo = gl.where(has, z_i / l_safe, 0.0)
+    l_safe, lse, zo = _row_totals(m_i, l_i, z_i)
     rows = gl.arange(0, M, layout=LR)
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * ROWS
     gl.store(MidL + mid + rows, lse, mask=rows < ROWS)
