@@ -120,6 +120,17 @@ def _split_range(SeqLens, QStart, b, sid, num_splits, QL: gl.constexpr, HAS_QSTA
 
 
 @gluon.jit
+def _part_copies(NP: gl.constexpr, N: gl.constexpr, row_stride, L: gl.constexpr):
+    """Copies of a tile as [NP page parts, 16 rows, N items] in layout ``L``: each part's first
+    token (part x 16, [NP, 1, 1]) and each item's offset from its part's first row
+    ([1, 16, N]: row x ``row_stride`` + item)."""
+    pos = gl.expand_dims(gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, gl.SliceLayout(2, L))), 1), 2) * 16
+    row = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, L))), 0), 2)
+    item = gl.expand_dims(gl.expand_dims(gl.arange(0, N, layout=gl.SliceLayout(0, gl.SliceLayout(1, L))), 0), 1)
+    return pos, row * row_stride + item
+
+
+@gluon.jit
 def _blocks(bt_row, pos, last_page, PAGE: gl.constexpr):
     """Block ids of positions ``pos`` (pages past the last: the last). Loaded a step before
     their use, so that no address waits for the block table."""
@@ -213,11 +224,7 @@ def _tq_decode_kernel_h(
     ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
     psm = gl.allocate_shared_memory(gl.float16, [BN, R], SP)
     K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
-    kpart = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, LKC))), 1), 2)
-    krow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LKC))), 0), 2)
-            * SKP + gl.expand_dims(gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, gl.SliceLayout(1, LKC))), 0),
-                                   1))
-    kpos = kpart * 16
+    kpos, krow = _part_copies(4, D, SKP, LKC)
     for j in gl.static_range(STAGES - 1):
         pj = start + j * BN + kpos
         koff = 4 * _word_offsets(_blocks(bt_row, pj, last_page, PAGE), pj, stride_kw, PAGE, SKP)

@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
-from ._kernel_h import _async_load, _blocks, _launch_dependents, _q_split, _split_range, _word_offsets
+from ._kernel_h import _async_load, _blocks, _launch_dependents, _part_copies, _q_split, _split_range, _word_offsets
 
 NUM_WARPS = 4
 ROWS_MAX = 64  # query rows a program (the products' M)
@@ -120,14 +120,9 @@ def _tq_verify_kernel_v(
     vsm = gl.allocate_shared_memory(gl.float16, [D, BN], SV)  # V^T of the tile
     K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
-    kpos = gl.expand_dims(gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, gl.SliceLayout(2, LKC))), 1), 2) * 16
-    krow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LKC))), 0), 2)
-            * SKP + gl.expand_dims(gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, gl.SliceLayout(1, LKC))), 0),
-                                   1))
-    cpos = gl.expand_dims(gl.expand_dims(gl.arange(0, NP, layout=gl.SliceLayout(1, gl.SliceLayout(2, LCC))), 1), 2) * 16
-    crow = (gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, LCC))), 0), 2)
-            * (SKP // 4) + gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(
-                1, LCC))), 0), 1) + D // 4)
+    kpos, krow = _part_copies(NP, D, SKP, LKC)
+    cpos, crow = _part_copies(NP, W, SKP // 4, LCC)
+    crow = crow + D // 4  # the code words follow the key bytes
     zpos = gl.arange(0, BN, layout=LSZ)
     SZW: gl.constexpr = (D + D // 2) // 4
     for j in gl.static_range(STAGES - 1):
