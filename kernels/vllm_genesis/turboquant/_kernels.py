@@ -666,7 +666,8 @@ def _tq_combine_kernel(
     QL_PAD: tl.constexpr,
     RAW_TAIL: tl.constexpr,
     HAS_QSTART: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched as a programmatic dependent of stage 1: wait for its end
+    PDL: tl.constexpr = False,  # after kernels "h" / "v": wait for stage 1's end (a no-op unless the
+    # combine was launched as a programmatic dependent of it)
     PERM: tl.constexpr = False,  # partial column 32 j + i holds head column 8 i + j (kernel "v")
 ):
     NDC: tl.constexpr = D // DC
