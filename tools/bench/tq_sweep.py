@@ -35,7 +35,7 @@ def main() -> int:
     ap.add_argument("--flush", choices=("write", "read", "none"), default="read")
     ap.add_argument("--preset", default="turboquant_k8v4", help="cache preset of every row")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--no-pdl", action="store_true", help="launch kernel h's combine without programmatic dependence")
+    ap.add_argument("--no-pdl", action="store_true", help="kernels h and v without the programmatic dependent combine (graph launches)")
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention

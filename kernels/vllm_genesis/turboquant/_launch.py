@@ -317,11 +317,6 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
     )
 
 
-def _v_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
-    """kernel "v" (verify, rows on M): as kernel "h", with K + 1 x group <= 64 rows."""
-    return _h_kernel_ok(layout, words_ok, head_dim, group, 1, ptx_ok, kv_cache) and query_len * group <= 64
-
-
 def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
               head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False):
     from ._kernel_v import NUM_WARPS, _tq_verify_kernel_v
@@ -421,7 +416,9 @@ def run_attention(
     pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
     perm = False  # the partials' columns in kernel "v"'s order
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
-    if tiles.kernel == "v" and not (has_qstart and raw_tail and _v_kernel_ok(layout, words_ok, D, G, QL, ptx_ok,
+    # kernel "v" runs where kernel "h" could (its limits, G <= 8 and K + 1 <= 8, keep the rows
+    # within its 64)
+    if tiles.kernel == "v" and not (has_qstart and raw_tail and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok,
                                                                               kv_cache)):
         tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
