@@ -135,6 +135,51 @@ def bench_graph(fn, reps: int = 60) -> float:
     return float(times[len(times) // 2])
 
 
+def bench_in_graph(fn, calls: int = 16, reps: int = 21) -> float:
+    """Median milliseconds of ``fn`` as one node among others of a CUDA graph, as a model's
+    decode step runs it: a graph of ``calls`` x (L2 flush, ``fn``) against one of the same
+    flushes alone, replayed in turns; the difference over ``calls``. Unlike ``bench_graph``
+    no graph launch is timed with each call (~5 us on an H200, the floor of that method)."""
+    if DEV != "cuda":
+        return bench(fn)
+    flush_l2()  # its buffers exist before the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    both = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(both):
+        for _ in range(calls):
+            flush_l2()
+            fn()
+    alone = None  # nothing to subtract without flushes
+    if getattr(ARGS, "flush", "write") != "none":
+        alone = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(alone):
+            for _ in range(calls):
+                flush_l2()
+    diffs = []
+    for rep in range(reps + 2):
+        t = []
+        for g in (both, alone):
+            if g is None:
+                t.append(0.0)
+                continue
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            g.replay()
+            e.record()
+            torch.cuda.synchronize()
+            t.append(s.elapsed_time(e))
+        if rep >= 2:  # the first two are warm-up
+            diffs.append((t[0] - t[1]) / calls)
+    del both, alone
+    diffs.sort()
+    return float(diffs[len(diffs) // 2])
+
+
 def copy_rate() -> float:
     """Bytes read + written per second by a large device-to-device copy."""
     n = (2 << 30) if DEV == "cuda" else (16 << 20)
@@ -456,9 +501,9 @@ def time_row(row, copy_bps):
     res["splits"] = S_def
     res["splits_pick_num_splits"] = S
 
-    def safe(fn, graph=True):
+    def safe(fn, graph=True, timer=bench_graph):
         try:
-            return bench_graph(fn) if graph else bench(fn)
+            return timer(fn) if graph else bench(fn)
         except Exception as exc:  # noqa: BLE001
             print(f"  timing failed: {type(exc).__name__}: {exc}", flush=True)
             return float("nan")
@@ -466,6 +511,10 @@ def time_row(row, copy_bps):
     res["ours_ms"] = safe(ours())
     res["upstream_ms"] = safe(upstream) if up is not None else float("nan")
     res["sdpa_ms"] = safe(sdpa)
+    # the same calls as nodes of a larger graph (no graph launch timed with each call)
+    res["ours_in_graph_ms"] = safe(ours(), timer=bench_in_graph)
+    res["upstream_in_graph_ms"] = safe(upstream, timer=bench_in_graph) if up is not None else float("nan")
+    res["sdpa_in_graph_ms"] = safe(sdpa, timer=bench_in_graph)
     res["eager_ours_ms"] = safe(ours(), graph=False)
     res["eager_upstream_ms"] = safe(upstream, graph=False) if up is not None else float("nan")
     res["eager_sdpa_ms"] = safe(sdpa, graph=False)
@@ -487,9 +536,11 @@ def time_row(row, copy_bps):
         print(f"  variants {kind} B={B} L={L}: " + ", ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in variants.items()), flush=True)
     for name, nbytes in (("ours", cache_bytes), ("upstream", cache_bytes), ("sdpa", sdpa_bytes)):
-        ms = res[f"{name}_ms"]
-        res[f"{name}_GBps"] = nbytes / (ms * 1e-3) / 1e9 if ms == ms else float("nan")
-        res[f"{name}_pct_copy"] = 100 * nbytes / (ms * 1e-3) / copy_bps if ms == ms else float("nan")
+        for timing in ("", "_in_graph"):
+            ms = res[f"{name}{timing}_ms"]
+            ok = ms == ms and ms > 0
+            res[f"{name}{timing}_GBps"] = nbytes / (ms * 1e-3) / 1e9 if ok else float("nan")
+            res[f"{name}{timing}_pct_copy"] = 100 * nbytes / (ms * 1e-3) / copy_bps if ok else float("nan")
     del cache, bt, kb, vb
     if DEV == "cuda":
         torch.cuda.empty_cache()
@@ -545,6 +596,15 @@ def main():
         print(f"{shape:34s} {r['upstream_ms']:11.4f} {r['ours_ms']:9.4f} {r['sdpa_ms']:9.4f} "
               f"{r['upstream_ms'] / r['ours_ms']:8.1f} {r['ours_GBps']:9.0f} {r['ours_pct_copy']:6.1f} "
               f"{r['upstream_GBps']:10.0f} {r['upstream_pct_copy']:6.1f} {r['sdpa_GBps']:9.0f} {r['sdpa_pct_copy']:6.1f}")
+    print()
+    print("The same calls as nodes of one larger graph (bench_in_graph: no graph launch timed with each call)")
+    print(f"{'shape (kind B ctx Hq Hk D)':34s} {'upstream ms':>11s} {'ours ms':>9s} {'SDPA ms':>9s} {'x upstr':>8s} "
+          f"{'ours %copy':>10s} {'SDPA %copy':>10s}")
+    for r in info["rows"]:
+        shape = f"{r['kind']} {r['B']} {r['context']} {r['Hq']} {r['Hk']} {r['D']}" + (f" K+1={r['query_len']}" if r["kind"] == "verify" else "")
+        print(f"{shape:34s} {r['upstream_in_graph_ms']:11.4f} {r['ours_in_graph_ms']:9.4f} {r['sdpa_in_graph_ms']:9.4f} "
+              f"{r['upstream_in_graph_ms'] / r['ours_in_graph_ms']:8.1f} {r['ours_in_graph_pct_copy']:10.1f} "
+              f"{r['sdpa_in_graph_pct_copy']:10.1f}")
     bad = [c for c in info["checks"] if not c["ok"]]
     print(f"checks: {len(info['checks']) - len(bad)}/{len(info['checks'])} ok")
     if ARGS.json:

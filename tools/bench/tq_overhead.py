@@ -7,9 +7,10 @@ floor of the method), ours in full, ours with the combine launch left out, ours 
 left out, and bf16 SDPA, each with the L2 emptied by a 256 MiB write and by a 256 MiB read
 before every replay (``kernels.py --flush``), plus optional split counts for ours. With
 ``--cache-tail`` verify rows read their K+1 tail from the cache (stage 1, causal) instead of
-the raw tensors (the combine).
+the raw tensors (the combine). With ``--in-graph`` each case is also timed as a node among
+others of one graph (``kernels.bench_in_graph``, read flush: no graph launch timed with it).
 
-    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--cache-tail] [--tiles EXPR] [--json out.json]
+    python tools/bench/tq_overhead.py [--rows 0,1,2,3] [--splits 32,64,128] [--cache-tail] [--tiles EXPR] [--in-graph] [--json out.json]
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> int:
     ap.add_argument("--splits", default="", help="extra split counts to time for ours (comma-separated)")
     ap.add_argument("--tiles", default=None, help="a TileConfig expression for ours (default: the launcher's own)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--in-graph", action="store_true", help="also time each case inside a larger graph (read flush)")
     ap.add_argument("--cache-tail", action="store_true",
                     help="verify rows: read the K+1 tail from the cache (key=value=None) instead of the raw tensors")
     a = ap.parse_args()
@@ -92,7 +94,7 @@ def main() -> int:
                         setattr(_launch, n, k)
             return run
 
-        stage1 = ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w", "_launch_g", "_launch_h")
+        stage1 = ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w", "_launch_g", "_launch_h", "_launch_v")
         cases = [("empty graph", lambda: tiny.add_(1.0)), ("ours", ours()),
                  ("ours, stage 1 only", without(("_tq_combine_kernel",), ours())),
                  ("ours, combine only", without(stage1, ours())), ("sdpa", sdpa)]
@@ -103,13 +105,19 @@ def main() -> int:
             for name, fn in cases:
                 ms = bench.bench_graph(fn)
                 res["times"][f"{name} [{mode}]"] = ms
+                if mode == "read" and a.in_graph:
+                    res["times"][f"{name} [in graph]"] = bench.bench_in_graph(fn)
         results.append(res)
         print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL}: {nbytes / 1e6:.1f} MB of cache")
-        print(f"  {'':28s} {'write-flush ms':>14s} {'read-flush ms':>13s} {'ours-read %copy':>15s}")
+        print(f"  {'':28s} {'write-flush ms':>14s} {'read-flush ms':>13s} {'ours-read %copy':>15s}"
+              f" {'in graph ms':>11s} {'%copy':>6s}")
         for name, _ in cases:
             w, r = res["times"][f"{name} [write]"], res["times"][f"{name} [read]"]
-            pct = 100 * nbytes / (r * 1e-3) / copy if name.startswith("ours") else float("nan")
-            print(f"  {name:28s} {w:14.4f} {r:13.4f} {pct:15.1f}", flush=True)
+            g = res["times"].get(f"{name} [in graph]", float("nan"))
+            ours_row = name.startswith("ours")
+            pct = 100 * nbytes / (r * 1e-3) / copy if ours_row else float("nan")
+            gpct = 100 * nbytes / (g * 1e-3) / copy if ours_row and g > 0 else float("nan")
+            print(f"  {name:28s} {w:14.4f} {r:13.4f} {pct:15.1f} {g:11.4f} {gpct:6.1f}", flush=True)
         del cache, bt, kb, vb
         torch.cuda.empty_cache()
     if a.json:

@@ -35,6 +35,8 @@ def main() -> int:
     ap.add_argument("--flush", choices=("write", "read", "none"), default="read")
     ap.add_argument("--preset", default="turboquant_k8v4", help="cache preset of every row")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--in-graph", action="store_true",
+                    help="also time each variant as a node among others of one graph (kernels.bench_in_graph)")
     ap.add_argument("--no-pdl", action="store_true", help="kernels h and v without the programmatic dependent combine (graph launches)")
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
@@ -95,6 +97,8 @@ def main() -> int:
                 out.fill_(float("nan"))
                 line["ms"] = bench.bench_graph(lambda: call(tiles, splits, out))
                 line["graph_rel_err"] = rel_err(out, ref)  # what the timed replays wrote
+                if a.in_graph:
+                    line["in_graph_ms"] = bench.bench_in_graph(lambda: call(tiles, splits, out))
             except Exception as exc:  # noqa: BLE001 - report and go on with the other variants
                 line["error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
             results.append(line)
@@ -102,7 +106,8 @@ def main() -> int:
                 print(f"  {spec:60s} ERROR {line['error']}", flush=True)
             else:
                 ok = line["rel_err"] < 1e-2 and not line["nan"] and line["graph_rel_err"] < 1e-2
-                print(f"  {spec:60s} {line['ms']:.4f} ms  rel_err {line['rel_err']:.2e} "
+                extra = f" (in a graph {line['in_graph_ms']:.4f})" if a.in_graph else ""
+                print(f"  {spec:60s} {line['ms']:.4f} ms{extra}  rel_err {line['rel_err']:.2e} "
                       f"(replays {line['graph_rel_err']:.2e}) {'ok' if ok else 'BAD'}", flush=True)
         del cache, bt
         if bench.DEV == "cuda":
