@@ -107,16 +107,21 @@ def flush_l2() -> None:
         _FLUSH[0].zero_()
 
 
-def bench_graph(fn, reps: int = 60) -> float:
-    """Median milliseconds of one CUDA-graph replay of ``fn``, L2 flushed before each."""
-    if DEV != "cuda":
-        return bench(fn)
+def _warm_up(fn) -> None:
+    """Three calls on a side stream (compiles, allocates) before a CUDA graph captures ``fn``."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
             fn()
     torch.cuda.current_stream().wait_stream(side)
+
+
+def bench_graph(fn, reps: int = 60) -> float:
+    """Median milliseconds of one CUDA-graph replay of ``fn``, L2 flushed before each."""
+    if DEV != "cuda":
+        return bench(fn)
+    _warm_up(fn)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
@@ -143,12 +148,7 @@ def bench_in_graph(fn, calls: int = 16, reps: int = 21) -> float:
     if DEV != "cuda":
         return bench(fn)
     flush_l2()  # its buffers exist before the capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
+    _warm_up(fn)
     both = torch.cuda.CUDAGraph()
     with torch.cuda.graph(both):
         for _ in range(calls):
