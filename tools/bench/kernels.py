@@ -547,6 +547,11 @@ def time_row(row, copy_bps):
     return res
 
 
+def _shape_label(r: dict) -> str:
+    return f"{r['kind']} {r['B']} {r['context']} {r['Hq']} {r['Hk']} {r['D']}" + (
+        f" K+1={r['query_len']}" if r["kind"] == "verify" else "")
+
+
 def main():
     global ARGS
     ARGS = parse()
@@ -592,7 +597,7 @@ def main():
            f"{'ours GB/s':>9s} {'%copy':>6s} {'upstr GB/s':>10s} {'%copy':>6s} {'SDPA GB/s':>9s} {'%copy':>6s}")
     print(hdr)
     for r in info["rows"]:
-        shape = f"{r['kind']} {r['B']} {r['context']} {r['Hq']} {r['Hk']} {r['D']}" + (f" K+1={r['query_len']}" if r["kind"] == "verify" else "")
+        shape = _shape_label(r)
         print(f"{shape:34s} {r['upstream_ms']:11.4f} {r['ours_ms']:9.4f} {r['sdpa_ms']:9.4f} "
               f"{r['upstream_ms'] / r['ours_ms']:8.1f} {r['ours_GBps']:9.0f} {r['ours_pct_copy']:6.1f} "
               f"{r['upstream_GBps']:10.0f} {r['upstream_pct_copy']:6.1f} {r['sdpa_GBps']:9.0f} {r['sdpa_pct_copy']:6.1f}")
@@ -601,7 +606,7 @@ def main():
     print(f"{'shape (kind B ctx Hq Hk D)':34s} {'upstream ms':>11s} {'ours ms':>9s} {'SDPA ms':>9s} {'x upstr':>8s} "
           f"{'ours %copy':>10s} {'SDPA %copy':>10s}")
     for r in info["rows"]:
-        shape = f"{r['kind']} {r['B']} {r['context']} {r['Hq']} {r['Hk']} {r['D']}" + (f" K+1={r['query_len']}" if r["kind"] == "verify" else "")
+        shape = _shape_label(r)
         print(f"{shape:34s} {r['upstream_in_graph_ms']:11.4f} {r['ours_in_graph_ms']:9.4f} {r['sdpa_in_graph_ms']:9.4f} "
               f"{r['upstream_in_graph_ms'] / r['ours_in_graph_ms']:8.1f} {r['ours_in_graph_pct_copy']:10.1f} "
               f"{r['sdpa_in_graph_pct_copy']:10.1f}")
