@@ -855,26 +855,30 @@ def test_gluon_decode_operands_stay_in_registers(group, page, block_n):
     assert got["mma"] == (2 * 32 + 16) * (2 if group > 8 else 1) * block_n // 64
 
 
-@pytest.mark.parametrize("group,page,stages,ql,qpp,pdl", [(6, 16, 2, 1, 1, 1), (8, 128, 3, 1, 1, 0),
-                                                           (1, 32, 2, 1, 1, 1), (6, 16, 2, 6, 3, 1),
-                                                           (8, 16, 2, 4, 4, 0)])
-def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, page, stages, ql, qpp, pdl):
-    """Kernel "h" builds for sm_90 (Triton's own ptxas, outside the interpreter) for groups of
-    1 to 8 heads, pages of 16 to 128 tokens, 2 or 3 key stages, and verify rows (6 query
-    tokens over two programs of 3 x 6 rows, 4 tokens x 8 heads in one). Per 64-token tile it copies
-    the keys with 32 four-byte ``cp.async`` per thread (the prologue fills STAGES - 1 stages)
-    and runs 32 warp-group products (8 k-steps x 2 query parts for the scores, 4 row blocks x
-    4 k-steps for the values); the only shared-memory store is the probability tile, and no
+@pytest.mark.parametrize("group,page,stages,ql,qpp,pdl,d", [(6, 16, 2, 1, 1, 1, 256), (8, 128, 3, 1, 1, 0, 256),
+                                                             (1, 32, 2, 1, 1, 1, 256), (6, 16, 2, 6, 3, 1, 256),
+                                                             (8, 16, 2, 4, 4, 0, 256), (4, 16, 2, 1, 1, 1, 128),
+                                                             (1, 128, 3, 1, 1, 0, 128), (8, 16, 2, 4, 4, 1, 128)])
+def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, page, stages, ql, qpp, pdl, d):
+    """Kernel "h" builds for sm_90 (Triton's own ptxas, outside the interpreter) for head sizes
+    256 and 128, groups of 1 to 8 heads, pages of 16 to 128 tokens, 2 or 3 key stages, and
+    verify rows (6 query tokens over two programs of 3 x 6 rows, 4 tokens x 8 heads in one).
+    Per 64-token tile it copies the keys with D / 8 four-byte ``cp.async`` per thread (the
+    prologue fills STAGES - 1 stages) and runs D / 8 warp-group products (D / 32 k-steps x 2
+    query parts for the scores, D / 64 row blocks x 4 k-steps for the values; at D = 128 two
+    lanes share each code word, each converting half of its codes); the only shared-memory
+    store is the probability tile, and no
     operand is read back from shared memory into registers (the products read the keys and the
     probabilities where they lie; the code operand's layout conversions are asserted trivial
     while it is built). With ``PDL`` it lets the combine be launched once its products are done
     (one ``griddepcontrol.launch_dependents`` after the last product), and not without it."""
-    consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388,
+    slot = d + d // 2 + 4
+    consts = dict(HK=4, G=group, D=d, PAGE=page, STAGES=stages, SKP=4 * slot, SKH=slot,
                   R=max(8, 1 << (qpp * group - 1).bit_length()), QL=ql, QPP=qpp, RSPLIT=-(-ql // qpp),
                   HAS_QSTART=ql > 1, PDL=bool(pdl))
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
-    assert got["wgmma"] == 16 + 16
-    assert got["cp_async"] == 32 * stages
+    assert got["wgmma"] == 2 * (d // 32) + (d // 64) * 4
+    assert got["cp_async"] == d // 8 * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 0
     assert got["launch_dependents"] == pdl
     if pdl:
@@ -970,16 +974,16 @@ def test_gluon_kernel_request_falls_back_where_it_cannot_run():
         assert rel_err(out, _ref(cv, lay128, verify=True)) < DEQ_BOUND
 
 
-def _check_gluon_decode(launcher, seqs, hq, page, tiles, monkeypatch):
-    """A D = 256 k8v4 decode with NaN bytes past each sequence's end against float64, through
-    ``_launch.<launcher>``, which must actually be called."""
+def _check_gluon_decode(launcher, seqs, hq, page, tiles, monkeypatch, d=256, hk=4):
+    """A k8v4 decode (D = 256 unless told) with NaN bytes past each sequence's end against
+    float64, through ``_launch.<launcher>``, which must actually be called."""
     from vllm_genesis.turboquant import _launch
 
     calls = []
     real = getattr(_launch, launcher)
     monkeypatch.setattr(_launch, launcher, lambda *a, **k: calls.append(1) or real(*a, **k))
-    lay = TQLayout.from_preset("turboquant_k8v4", 256)
-    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=page, layout=lay,
+    lay = TQLayout.from_preset("turboquant_k8v4", d)
+    c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=page, layout=lay,
                     device="cuda")
     _poison_past_end(c, seqs, page)
     keep = [i for i, L in enumerate(seqs) if L > 0]
@@ -1022,6 +1026,24 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
     _check_gluon_decode("_launch_h", seqs, hq, page, tiles, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "seqs,hq,hk,page,tiles",
+    [([32775], 32, 8, 16, None),
+     ([203, 1, 0, 95, 33, 4099], 16, 2, 16, None),
+     ([4099, 77, 1, 130], 8, 8, 128, TileConfig(64, 4, 3, "h"))],
+    ids=["32K-gqa4", "B6-gqa8", "pages128-mha-3stages"],
+)
+def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
+    """Kernel "h" at D = 128 (two lanes a code word), the default decode there on Hopper too,
+    against float64: empty, one-token and odd lengths, groups of 1, 4 and 8, pages of 16 and
+    128, NaN bytes past each sequence's end; the test asserts the kernel actually launched."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("kernel h needs a Hopper GPU")
+    _check_gluon_decode("_launch_h", seqs, hq, page, tiles, monkeypatch, d=128, hk=hk)
 
 
 @pytest.mark.gpu

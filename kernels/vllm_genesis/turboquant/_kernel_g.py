@@ -148,6 +148,22 @@ def _code_pairs_asm() -> str:
 CODE_PAIRS_F16_ASM = gl.constexpr(_code_pairs_asm())
 
 
+def _code_half_pairs_asm() -> str:
+    """PTX: as ``_code_pairs_asm``, but only codes 4 h .. 4 h + 3 of the two words ($4, $5:
+    bytes 2 h and 2 h + 1), ``h`` given per thread as h x 0x2222 ($6, the byte selectors'
+    offset) -> 4 f16x2 registers ($0..$3)."""
+    body = []
+    for i in range(2):
+        body += [f"add.u32 s, $6, {i * 0x1111 + 0x4400:#06x};", "prmt.b32 t, $4, $5, s;",
+                 "lop3.b32 a, t, 0x000F000F, k, 0xEA;", "lop3.b32 c, t, 0x00F000F0, k, 0xEA;",
+                 f"sub.rn.f16x2 ${2 * i}, a, k;", f"fma.rn.f16x2 ${2 * i + 1}, c, r, m;"]
+    return "\n".join(["{", ".reg .b32 s, t, k, r, m, a, c;", "mov.b32 k, 0x64006400;", "mov.b32 r, 0x2C002C00;",
+                      "mov.b32 m, 0xD400D400;", *body, "}"])
+
+
+CODE_HALF_PAIRS_F16_ASM = gl.constexpr(_code_half_pairs_asm())
+
+
 @gluon.jit
 def _codes_f16(w):
     """Code words of two tokens (consecutive elements) -> 8 tensors of fp16 codes (code j of
@@ -160,6 +176,22 @@ def _codes_f16(w):
         is_pure=True,
         pack=2,
     )
+
+
+@gluon.jit
+def _half_codes_joined(w, hsel):
+    """Code words -> [..., 2, 2] fp16 codes 4 h + 2 k1 + k0 at index [..., k0, k1], the half
+    ``h`` of each element's word chosen per thread by ``hsel`` (= h x 0x2222; two tokens a
+    register pair as ``_codes_f16``)."""
+    c0, c1, c2, c3 = gl.inline_asm_elementwise(
+        asm=CODE_HALF_PAIRS_F16_ASM,
+        constraints="=r,=r,=r,=r,r,r,r,r",
+        args=[w, hsel],
+        dtype=(gl.float16,) * 4,
+        is_pure=True,
+        pack=2,
+    )
+    return gl.join(gl.join(c0, c1), gl.join(c2, c3))
 
 
 @gluon.jit

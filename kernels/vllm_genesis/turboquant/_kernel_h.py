@@ -15,8 +15,11 @@ of the group (up to 8) on the products' N side:
   paired into f16x2 registers (``prmt``), so no code passes through shared memory; the rows
   are put back in cache order when the partials are stored.
 
-fp8 e4m3 keys + 4-bit values, D = 256, groups of up to 8 heads, pages of a power of two of at
-least 16 tokens, NVIDIA Hopper. Decode (one query token per sequence: 8 rows); verify batches
+At D = 128 (16 code words a token, two m64 row blocks) two lanes load each word and convert
+half of its codes each, so the operand keeps the same register layout.
+
+fp8 e4m3 keys + 4-bit values, D = 128 or 256, groups of up to 8 heads, pages of a power of two
+of at least 16 tokens, NVIDIA Hopper. Decode (one query token per sequence: 8 rows); verify batches
 (up to 8 query tokens) on request: the query tokens over programs of at most 32 rows, the cache
 read up to the K + 1 tail, which the combine takes from the raw K/V.
 """
@@ -28,7 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
+from ._kernel_g import _codes_joined, _cta_barrier, _half_codes_joined, _row_totals
 
 NUM_WARPS = 4
 # the cp.async copy's name differs between Gluon versions (3.6: async_copy_global_to_shared,
@@ -51,6 +54,21 @@ def _scores_layout(rows):
 def _output_layout(rows):
     """output^T [D, rows] (fp16 products, k = 16)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, rows, 16])
+
+
+@gluon.constexpr_function
+def _half_words_layout(parts):
+    """D = 128: code words [16 words, 2 halves, 64 tokens] (``parts`` = False), or the same as
+    [16 words, 2 halves, 4 page parts, 16 rows]: word 4 w + (lane // 4) // 2 (warp w), its half
+    (codes 4 h .. 4 h + 3) h = (lane // 4) % 2, tokens as in ``_words_layout``; two lanes load
+    each word."""
+    if parts:
+        return gl.DistributedLinearLayout([[0, 0, 0, 1], [0, 0, 0, 8], [0, 0, 1, 0], [0, 0, 2, 0]],
+                                          [[0, 0, 0, 2], [0, 0, 0, 4], [0, 1, 0, 0], [1, 0, 0, 0], [2, 0, 0, 0]],
+                                          [[4, 0, 0, 0], [8, 0, 0, 0]], [], [16, 2, 4, 16])
+    return gl.DistributedLinearLayout([[0, 0, 1], [0, 0, 8], [0, 0, 16], [0, 0, 32]],
+                                      [[0, 0, 2], [0, 0, 4], [0, 1, 0], [1, 0, 0], [2, 0, 0]],
+                                      [[4, 0, 0], [8, 0, 0]], [], [16, 2, 64])
 
 
 @gluon.constexpr_function
@@ -152,6 +170,16 @@ def _value_operand(cw, LO: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr)
     return gl.convert_layout(cj, gl.DotOperandLayout(0, LO, 2), assert_trivial=True)
 
 
+@gluon.jit
+def _half_value_operand(cw, hsel, LO: gl.constexpr, BLOCK_N: gl.constexpr):
+    """D = 128: code words [16, 2 halves, tokens] (``hsel`` = half x 0x2222) -> the A operand
+    V^T [128, tokens] in fp16. Row m of the operand is code 4 h + 2 k1 + k0 of word
+    4 i1 + i0 with m = 64 k1 + 16 i1 + 8 k0 + 2 i0 + h."""
+    cj = gl.reshape(_half_codes_joined(cw, hsel), [4, 4, 2, BLOCK_N, 2, 2])
+    cj = gl.reshape(gl.permute(cj, (5, 0, 4, 1, 2, 3)), [128, BLOCK_N])
+    return gl.convert_layout(cj, gl.DotOperandLayout(0, LO, 2), assert_trivial=True)
+
+
 @gluon.jit(do_not_specialize=["num_splits"])
 def _tq_decode_kernel_h(
     QR,  # [T, Hq, D] query
@@ -185,8 +213,12 @@ def _tq_decode_kernel_h(
     ROWS: gl.constexpr = QL * G
     LS: gl.constexpr = _scores_layout(R)
     LO: gl.constexpr = _output_layout(R)
-    LW: gl.constexpr = _words_layout(False)
-    LW3: gl.constexpr = _words_layout(True)
+    if D == 128:
+        LW: gl.constexpr = _half_words_layout(False)
+        LW3: gl.constexpr = _half_words_layout(True)
+    else:
+        LW: gl.constexpr = _words_layout(False)
+        LW3: gl.constexpr = _words_layout(True)
     # key copies [4 page parts, 16 rows, 256 bytes]: warp w copies part w, 32 lanes x 4 bytes
     # along a token
     LKC: gl.constexpr = gl.BlockedLayout([1, 16, 4], [1, 1, 32], [4, 1, 1], [2, 1, 0])
@@ -235,11 +267,26 @@ def _tq_decode_kernel_h(
     # code words [D / 8, tokens] (as [words, page parts, rows]) and scale/zero words per token
     # (plain loads)
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
-    wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
-                        2) + D // 4
-    wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0), 2) * 16
-    wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
-                          1) * (SKP // 4) + wi
+    if D == 128:
+        # [words, halves, parts, rows]; both halves load the word
+        L4: gl.constexpr = LW3
+        wi = gl.arange(0, 16, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+        wi = gl.expand_dims(gl.expand_dims(gl.expand_dims(wi, 1), 2), 3) + D // 4
+        wh = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+        wh = gl.expand_dims(gl.expand_dims(gl.expand_dims(wh, 0), 2), 3)
+        wpos = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4))))
+        wpos = gl.expand_dims(gl.expand_dims(gl.expand_dims(wpos, 0), 1), 3) * 16
+        wrow = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4))))
+        wrow = gl.expand_dims(gl.expand_dims(gl.expand_dims(wrow, 0), 1), 2) * (SKP // 4) + wi + wh * 0
+        hsel = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW)))
+        hsel = gl.expand_dims(gl.expand_dims(hsel, 0), 2) * 0x2222 + gl.zeros([16, 2, 64], gl.int32, layout=LW)
+    else:
+        wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))),
+                                           1), 2) + D // 4
+        wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0),
+                              2) * 16
+        wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
+                              1) * (SKP // 4) + wi
     st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
     SZW: gl.constexpr = (D + D // 2) // 4
     wblk = _blocks(bt_row, start + wpos, last_page, PAGE)
@@ -260,7 +307,10 @@ def _tq_decode_kernel_h(
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
         _cta_barrier()
-        cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
+        if D == 128:
+            cw = gl.convert_layout(gl.reshape(cw3, [16, 2, BN]), LW, assert_trivial=True)
+        else:
+            cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         # refill the stage the previous tile used (every warp is past its products)
         pa = n0 + (STAGES - 1) * BN + kpos
         _async_load(
@@ -289,7 +339,10 @@ def _tq_decode_kernel_h(
         fence_async_shared()
         _cta_barrier()
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)
-        acc = warpgroup_mma(_value_operand(cw, LO, D, BN), psm, acc)
+        if D == 128:
+            acc = warpgroup_mma(_half_value_operand(cw, hsel, LO, BN), psm, acc)
+        else:
+            acc = warpgroup_mma(_value_operand(cw, LO, D, BN), psm, acc)
     async_copy.wait_group(0)
     if PDL:
         _launch_dependents()
@@ -304,6 +357,10 @@ def _tq_decode_kernel_h(
     om = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(1, LO)), 1)
     orow = gl.expand_dims(gl.arange(0, R, layout=LRO), 0)
     # operand row m -> head column: word 8 (m // 16 % 4) + m % 8, code 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2
-    ocol = 64 * ((om >> 4) & 3) + 8 * (om & 7) + 4 * ((om >> 7) & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
+    if D == 128:
+        # word 4 (m // 16 % 4) + m // 2 % 4, code 4 (m % 2) + 2 (m // 64) + m // 8 % 2
+        ocol = 32 * ((om >> 4) & 3) + 8 * ((om >> 1) & 3) + 4 * (om & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
+    else:
+        ocol = 64 * ((om >> 4) & 3) + 8 * (om & 7) + 4 * ((om >> 7) & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
     own = (orow < QPP * G) & (part * (QPP * G) + orow < ROWS)  # this program's rows
     gl.store(MidO + (mid + orow) * D + ocol, o, mask=own & (ocol >= 0))

@@ -60,8 +60,8 @@ class TileConfig:
     # 64-token tiles; on the H200 with 32-token tiles, maxnreg=168 and 3 x SMs / (sequences x
     # KV heads) splits 6-17% faster than the default from 48K tokens on, docs/KERNELS.md); "h":
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
-    # D = 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the launcher
-    # runs by default where it applies; "v": the Hopper verify on warp-group products (query
+    # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
+    # launcher runs by default where it applies; "v": the Hopper verify on warp-group products (query
     # rows on M, up to 64; D = 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or
     # 32-token tiles), the default verify on Hopper where it applies ("q" elsewhere); all
     # fall back to "n" elsewhere
@@ -291,11 +291,11 @@ def _pdl_launch() -> bool:
 
 def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
     """kernel "h" (warp-group products): fp8 e4m3 keys + 4-bit values read as int32 words,
-    D = 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a power of
+    D = 128 or 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a power of
     two of at least 16 tokens, and a Hopper GPU."""
     page = kv_cache.shape[1]
     return (
-        words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 8 and query_len <= 8
+        words_ok and ptx_ok and layout.key_fp8 and head_dim in (128, 256) and group <= 8 and query_len <= 8
         and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda
         and fp8_mma_default(kv_cache.device.index or 0)  # Hopper (``ptx_ok``: not the interpreter)
     )
@@ -418,8 +418,8 @@ def run_attention(
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
     # kernel "v" runs where kernel "h" could (its limits, G <= 8 and K + 1 <= 8, keep the rows
     # within its 64)
-    if tiles.kernel == "v" and not (has_qstart and raw_tail and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok,
-                                                                              kv_cache)):
+    if tiles.kernel == "v" and not (has_qstart and raw_tail and D == 256
+                                    and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
         tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
