@@ -1048,6 +1048,30 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seqs,qls,hq,hk", [([32771], [4], 32, 8), ([2051, 7, 300], [8, 1, 3], 32, 8),
+                                            ([999, 4100], [5, 2], 24, 4)],
+                         ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6"])
+def test_hopper_verify_d128_default_on_gpu(seqs, qls, hq, hk, monkeypatch):
+    """At D = 128 kernel "h" is the default verify where the K+1 x group rows fit one program
+    (up to 32): against float64 with the tail from the raw K/V; the test asserts it launched."""
+    from vllm_genesis.turboquant import _launch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("kernel h needs a Hopper GPU")
+    calls = []
+    real = _launch._launch_h
+    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lay = TQLayout.from_preset("turboquant_k8v4", 128)
+    c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=128, block_size=16,
+                    layout=lay, device="cuda")
+    out = _run_verify(c, lay)
+    assert calls, "kernel h was not launched"
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("seqs,qls,hq", [([32771], [6], 24), ([2051, 7, 300], [6, 1, 3], 24),
                                          ([999, 4100], [4, 2], 32), ([515, 3000], [8, 7], 32)],
                          ids=["32K-k6-gqa6", "B3-gqa6", "B2-gqa8", "k8-gqa8"])
