@@ -19,9 +19,10 @@ At D = 128 (16 code words a token, two m64 row blocks) two lanes load each word 
 half of its codes each, so the operand keeps the same register layout.
 
 fp8 e4m3 keys + 4-bit values, D = 128 or 256, groups of up to 8 heads, pages of a power of two
-of at least 16 tokens, NVIDIA Hopper. Decode (one query token per sequence: 8 rows); verify batches
-(up to 8 query tokens) on request: the query tokens over programs of at most 32 rows, the cache
-read up to the K + 1 tail, which the combine takes from the raw K/V.
+of at least 16 tokens, NVIDIA Hopper. Decode (one query token per sequence: 8 rows); verify
+batches (up to 8 query tokens; by default at D = 128 where the rows fit one program, else on
+request): the query tokens over programs of at most 32 rows, the cache read up to the K + 1
+tail, which the combine takes from the raw K/V.
 """
 
 from __future__ import annotations

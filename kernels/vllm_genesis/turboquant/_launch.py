@@ -61,7 +61,8 @@ class TileConfig:
     # KV heads) splits 6-17% faster than the default from 48K tokens on, docs/KERNELS.md); "h":
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
-    # launcher runs by default where it applies; "v": the Hopper verify on warp-group products (query
+    # launcher runs by default for decode where it applies and for verify at D = 128 with at
+    # most 32 rows; "v": the Hopper verify on warp-group products (query
     # rows on M, up to 64; D = 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or
     # 32-token tiles), the default verify on Hopper where it applies ("q" elsewhere); all
     # fall back to "n" elsewhere
