@@ -220,7 +220,7 @@ def _tq_decode_kernel_h(
     else:
         LW: gl.constexpr = _words_layout(False)
         LW3: gl.constexpr = _words_layout(True)
-    # key copies [4 page parts, 16 rows, 256 bytes]: warp w copies part w, 32 lanes x 4 bytes
+    # key copies [4 page parts, 16 rows, D bytes]: warp w copies part w, 32 lanes x 4 bytes
     # along a token
     LKC: gl.constexpr = gl.BlockedLayout([1, 16, 4], [1, 1, 32], [4, 1, 1], [2, 1, 0])
     LQ: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # a query row within one warp
@@ -280,7 +280,7 @@ def _tq_decode_kernel_h(
         wrow = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4))))
         wrow = gl.expand_dims(gl.expand_dims(gl.expand_dims(wrow, 0), 1), 2) * (SKP // 4) + wi + wh * 0
         hsel = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW)))
-        hsel = gl.expand_dims(gl.expand_dims(hsel, 0), 2) * 0x2222 + gl.zeros([16, 2, 64], gl.int32, layout=LW)
+        hsel = gl.expand_dims(gl.expand_dims(hsel, 0), 2) * 0x2222 + gl.zeros([16, 2, BN], gl.int32, layout=LW)
     else:
         wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))),
                                            1), 2) + D // 4

@@ -62,10 +62,10 @@ class TileConfig:
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
     # launcher runs by default for decode where it applies and for verify at D = 128 with at
-    # most 32 rows; "v": the Hopper verify on warp-group products (query
-    # rows on M, up to 64; D = 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or
-    # 32-token tiles), the default verify on Hopper where it applies ("q" elsewhere); all
-    # fall back to "n" elsewhere
+    # most 32 rows in place of "q"; "v": the Hopper verify on warp-group products (query rows on
+    # M, up to 64; D = 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or 32-token
+    # tiles), the default verify on Hopper where it applies ("q" elsewhere); all fall back to
+    # "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -292,8 +292,8 @@ def _pdl_launch() -> bool:
 
 def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
     """kernel "h" (warp-group products): fp8 e4m3 keys + 4-bit values read as int32 words,
-    D = 128 or 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a power of
-    two of at least 16 tokens, and a Hopper GPU."""
+    D = 128 or 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a
+    power of two of at least 16 tokens, and a Hopper GPU."""
     page = kv_cache.shape[1]
     return (
         words_ok and ptx_ok and layout.key_fp8 and head_dim in (128, 256) and group <= 8 and query_len <= 8
@@ -302,13 +302,14 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache)
     )
 
 
-def _h_verify_default(head_dim: int, group: int, query_len: int) -> bool:
+def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: int) -> bool:
     """Verify batches kernel "h" runs by default: D = 128 with all K + 1 x group rows in one
-    program (H200: 25-38% less time than kernel "q" there; split over two programs it was
-    slower, and at D = 256 kernel "v" is faster)."""
+    program, in place of the planned kernel "q" or "n" (H200: 25-38% less time than kernel
+    "q" there; split over two programs it was slower, at D = 256 kernel "v" is faster, and
+    the per-warp kernel's batches, at most 16 rows for many pairs, were not compared)."""
     from ._kernel_h import MAX_ROWS
 
-    return head_dim == 128 and query_len * group <= MAX_ROWS
+    return head_dim == 128 and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n")
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
@@ -435,7 +436,7 @@ def run_attention(
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
         kern = None
-    elif (((planned and ((QL == 1 and not has_qstart) or (has_qstart and _h_verify_default(D, G, QL))))
+    elif (((planned and ((QL == 1 and not has_qstart) or (has_qstart and _h_verify_default(tiles, D, G, QL))))
            or tiles.kernel == "h") and (raw_tail == has_qstart)
           and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
         # the default decode on Hopper where kernel "h" covers it, and verify at D = 128 with
