@@ -131,18 +131,24 @@ def _fp8_f16(w):
     )
 
 
+def _codes_asm(selects: list[list[str]], regs: str = "t") -> str:
+    """PTX turning code words of two tokens into f16x2 codes: for each entry of ``selects``
+    (lines leaving byte i of both words side by side in ``t``), its low nibbles into the
+    mantissa of 1024 (mask 0x000F000F, minus 1024) -> $2i, its high ones at 16x that
+    (0x00F000F0, x/16 - 64) -> $2i+1; exact."""
+    body = []
+    for i, select in enumerate(selects):
+        body += [*select, "lop3.b32 a, t, 0x000F000F, k, 0xEA;", "lop3.b32 c, t, 0x00F000F0, k, 0xEA;",
+                 f"sub.rn.f16x2 ${2 * i}, a, k;", f"fma.rn.f16x2 ${2 * i + 1}, c, r, m;"]
+    return "\n".join(["{", f".reg .b32 {regs}, k, r, m, a, c;", "mov.b32 k, 0x64006400;", "mov.b32 r, 0x2C002C00;",
+                      "mov.b32 m, 0xD400D400;", *body, "}"])
+
+
 def _code_pairs_asm() -> str:
     """PTX: the code words of two tokens ($8, $9) -> 8 f16x2 registers ($0..$7: code j of
-    both). Byte i of both words side by side (prmt), its low nibbles into the mantissa of 1024
-    (mask 0x000F000F, minus 1024), its high ones at 16x that (0x00F000F0, x/16 - 64); exact."""
-    body = []
-    for i in range(4):
-        sel = i | i << 4 | (4 + i) << 8 | (4 + i) << 12
-        body += [f"prmt.b32 t, $8, $9, {sel:#06x};", "lop3.b32 a, t, 0x000F000F, k, 0xEA;",
-                 "lop3.b32 c, t, 0x00F000F0, k, 0xEA;", f"sub.rn.f16x2 ${2 * i}, a, k;",
-                 f"fma.rn.f16x2 ${2 * i + 1}, c, r, m;"]
-    return "\n".join(["{", ".reg .b32 t, k, r, m, a, c;", "mov.b32 k, 0x64006400;", "mov.b32 r, 0x2C002C00;",
-                      "mov.b32 m, 0xD400D400;", *body, "}"])
+    both), byte i of both words side by side by an immediate ``prmt`` selector."""
+    return _codes_asm([[f"prmt.b32 t, $8, $9, {i | i << 4 | (4 + i) << 8 | (4 + i) << 12:#06x};"]
+                       for i in range(4)])
 
 
 CODE_PAIRS_F16_ASM = gl.constexpr(_code_pairs_asm())
@@ -152,13 +158,8 @@ def _code_half_pairs_asm() -> str:
     """PTX: as ``_code_pairs_asm``, but only codes 4 h .. 4 h + 3 of the two words ($4, $5:
     bytes 2 h and 2 h + 1), ``h`` given per thread as h x 0x2222 ($6, the byte selectors'
     offset) -> 4 f16x2 registers ($0..$3)."""
-    body = []
-    for i in range(2):
-        body += [f"add.u32 s, $6, {i * 0x1111 + 0x4400:#06x};", "prmt.b32 t, $4, $5, s;",
-                 "lop3.b32 a, t, 0x000F000F, k, 0xEA;", "lop3.b32 c, t, 0x00F000F0, k, 0xEA;",
-                 f"sub.rn.f16x2 ${2 * i}, a, k;", f"fma.rn.f16x2 ${2 * i + 1}, c, r, m;"]
-    return "\n".join(["{", ".reg .b32 s, t, k, r, m, a, c;", "mov.b32 k, 0x64006400;", "mov.b32 r, 0x2C002C00;",
-                      "mov.b32 m, 0xD400D400;", *body, "}"])
+    return _codes_asm([[f"add.u32 s, $6, {i * 0x1111 + 0x4400:#06x};", "prmt.b32 t, $4, $5, s;"] for i in range(2)],
+                      regs="s, t")
 
 
 CODE_HALF_PAIRS_F16_ASM = gl.constexpr(_code_half_pairs_asm())

@@ -270,14 +270,13 @@ def _tq_decode_kernel_h(
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
     if D == 128:
         # [words, halves, parts, rows]; both halves load the word
-        L4: gl.constexpr = LW3
-        wi = gl.arange(0, 16, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+        wi = gl.arange(0, 16, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, LW3))))
         wi = gl.expand_dims(gl.expand_dims(gl.expand_dims(wi, 1), 2), 3) + D // 4
-        wh = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+        wh = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, LW3))))
         wh = gl.expand_dims(gl.expand_dims(gl.expand_dims(wh, 0), 2), 3)
-        wpos = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4))))
+        wpos = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, LW3))))
         wpos = gl.expand_dims(gl.expand_dims(gl.expand_dims(wpos, 0), 1), 3) * 16
-        wrow = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4))))
+        wrow = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW3))))
         wrow = gl.expand_dims(gl.expand_dims(gl.expand_dims(wrow, 0), 1), 2) * (SKP // 4) + wi + wh * 0
         hsel = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW)))
         hsel = gl.expand_dims(gl.expand_dims(hsel, 0), 2) * 0x2222 + gl.zeros([16, 2, BN], gl.int32, layout=LW)
