@@ -276,6 +276,22 @@ def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
     assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
 
 
+def test_hopper_kernel_replaces_planned_verify_kernels_at_d128():
+    """At D = 128 kernel "h" takes verify batches whose K+1 x group rows fit one of its
+    programs (32) in place of the planned kernels "q", "n" and the per-warp "w" (the
+    plan, and so its split count, stays); not more rows, not D = 256 (kernel "v"'s), and not
+    a plan that names kernel "v"."""
+    from vllm_genesis.turboquant._launch import _h_verify_default, launch_plan
+
+    planned = {(16, 4, 2): "w", (1, 8, 4): "n", (2, 2, 8): "q"}  # (batch, KV heads, K+1), group 4
+    for (batch, hk, ql), kernel in planned.items():
+        tiles, _ = launch_plan(batch, hk, 128, 4, ql, True, 32768, True, 132, fp8_mma=True)
+        assert tiles.kernel == kernel and _h_verify_default(tiles, 128, 4, ql)
+    assert not _h_verify_default(TileConfig(64, 4, 2, "q"), 128, 6, 6)  # 36 rows
+    assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 256, 4, 2)
+    assert not _h_verify_default(TileConfig(64, 4, 2, "v"), 128, 4, 2)
+
+
 @triton.jit
 def _split_q_kernel(Q, O, M: tl.constexpr, D: tl.constexpr):
     r = tl.arange(0, M)[:, None] * D + tl.arange(0, D)[None, :]
@@ -1049,11 +1065,14 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("seqs,qls,hq,hk", [([32771], [4], 32, 8), ([2051, 7, 300], [8, 1, 3], 32, 8),
-                                            ([999, 4100], [5, 2], 24, 4)],
-                         ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6"])
+                                            ([999, 4100], [5, 2], 24, 4),
+                                            ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8)],
+                         ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4"])
 def test_hopper_verify_d128_default_on_gpu(seqs, qls, hq, hk, monkeypatch):
     """At D = 128 kernel "h" is the default verify where the K+1 x group rows fit one program
-    (up to 32): against float64 with the tail from the raw K/V; the test asserts it launched."""
+    (up to 32), also for batches the plan gives the per-warp kernel (32 sequences x 8 KV
+    heads, 8 rows): against float64 with the tail from the raw K/V; the test asserts it
+    launched."""
     from vllm_genesis.turboquant import _launch
 
     if torch.cuda.get_device_capability()[0] != 9:

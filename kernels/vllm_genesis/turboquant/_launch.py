@@ -62,7 +62,7 @@ class TileConfig:
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
     # launcher runs by default for decode where it applies and for verify at D = 128 with at
-    # most 32 rows in place of "q"; "v": the Hopper verify on warp-group products (query rows on
+    # most 32 rows in place of "q", "n" or "w"; "v": the Hopper verify on warp-group products (query rows on
     # M, up to 64; D = 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or 32-token
     # tiles), the default verify on Hopper where it applies ("q" elsewhere); all fall back to
     # "n" elsewhere
@@ -304,12 +304,13 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache)
 
 def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: int) -> bool:
     """Verify batches kernel "h" runs by default: D = 128 with all K + 1 x group rows in one
-    program, in place of the planned kernel "q" or "n" (H200: 25-38% less time than kernel
-    "q" there; split over two programs it was slower, at D = 256 kernel "v" is faster, and
-    the per-warp kernel's batches, at most 16 rows for many pairs, were not compared)."""
+    program, in place of the planned kernel "q", "n" or "w", with the plan's split count
+    (H200: 25-38% less time than kernel "q", 2-11% less than the per-warp kernel "w" at its
+    quarter split count; split over two programs it was slower, and at D = 256 kernel "v" is
+    faster)."""
     from ._kernel_h import MAX_ROWS
 
-    return head_dim == 128 and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n")
+    return head_dim == 128 and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n", "w")
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
