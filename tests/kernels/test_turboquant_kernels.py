@@ -990,14 +990,20 @@ def test_gluon_kernel_request_falls_back_where_it_cannot_run():
         assert rel_err(out, _ref(cv, lay128, verify=True)) < DEQ_BOUND
 
 
-def _check_gluon_decode(launcher, seqs, hq, page, tiles, monkeypatch, d=256, hk=4):
-    """A k8v4 decode (D = 256 unless told) with NaN bytes past each sequence's end against
-    float64, through ``_launch.<launcher>``, which must actually be called."""
+def _count_calls(monkeypatch, launcher: str) -> list:
+    """Wraps ``_launch.<launcher>`` so that each call appends to the returned list."""
     from vllm_genesis.turboquant import _launch
 
     calls = []
     real = getattr(_launch, launcher)
     monkeypatch.setattr(_launch, launcher, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def _check_gluon_decode(launcher, seqs, hq, page, tiles, monkeypatch, d=256, hk=4):
+    """A k8v4 decode (D = 256 unless told) with NaN bytes past each sequence's end against
+    float64, through ``_launch.<launcher>``, which must actually be called."""
+    calls = _count_calls(monkeypatch, launcher)
     lay = TQLayout.from_preset("turboquant_k8v4", d)
     c = random_case(seq_lens=seqs, num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=page, layout=lay,
                     device="cuda")
@@ -1073,13 +1079,9 @@ def test_hopper_verify_d128_default_on_gpu(seqs, qls, hq, hk, monkeypatch):
     (up to 32), also for batches the plan gives the per-warp kernel (32 sequences x 8 KV
     heads, 8 rows): against float64 with the tail from the raw K/V; the test asserts it
     launched."""
-    from vllm_genesis.turboquant import _launch
-
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
-    calls = []
-    real = _launch._launch_h
-    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_calls(monkeypatch, "_launch_h")
     lay = TQLayout.from_preset("turboquant_k8v4", 128)
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=128, block_size=16,
                     layout=lay, device="cuda")
@@ -1100,17 +1102,13 @@ def test_hopper_verify_on_gpu(seqs, qls, hq, kernel, monkeypatch):
     "h": the query tokens over two programs where they exceed 32 rows; "v": up to 64 rows in
     one program; the tail from the raw K/V) against float64; the test asserts the kernel
     actually launched."""
-    from vllm_genesis.turboquant import _launch
-
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
-    calls = []
-    real = getattr(_launch, f"_launch_{kernel}")
-    monkeypatch.setattr(_launch, f"_launch_{kernel}", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_calls(monkeypatch, f"_launch_{kernel}")
     lay = TQLayout.from_preset("turboquant_k8v4", 256)
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=16,
                     layout=lay, device="cuda")
     out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, kernel))
-    assert calls, "kernel h was not launched"
+    assert calls, f"kernel {kernel} was not launched"
     assert not torch.isnan(out).any()
     assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
