@@ -348,15 +348,18 @@ def test_fp8_tensor_core_kernel(hq, hk, page, pf):
 
 def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
     """Verify on Hopper (and under the interpreter) runs kernel "v" for D = 256 and up to 64
-    rows, kernel "q" for other head sizes and more rows; elsewhere, with unaligned slots and
-    for decode the previous defaults stay."""
+    rows and for D = 128 and 33 to 64 rows, kernel "q" for other head sizes and more rows
+    (and at D = 128 for 17-32 rows, which kernel "h" takes in its place on Hopper);
+    elsewhere, with unaligned slots and for decode the previous defaults stay."""
     from vllm_genesis.turboquant._launch import default_tiles, fp8_mma_default
 
     assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True).kernel == "v"
     assert default_tiles(256, 32, True, 64, 8192, True, fp8_mma=True).kernel == "v"
-    verify = default_tiles(128, 64, True, 4, 32768, True, fp8_mma=True)
+    assert default_tiles(128, 64, True, 4, 32768, True, fp8_mma=True).kernel == "v"
+    verify = default_tiles(128, 32, True, 4, 32768, True, fp8_mma=True)
     assert verify.kernel == "q" and verify.rows_m and verify.prefetch == 2
-    assert default_tiles(128, 32, True, 64, 8192, True, fp8_mma=True).rows_m
+    assert default_tiles(64, 64, True, 4, 32768, True, fp8_mma=True).kernel == "q"
+    assert default_tiles(128, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"  # unaligned slots
     wide = default_tiles(256, 128, True, 4, 32768, True, fp8_mma=True)
     assert verify.rsplit == 1 and wide.kernel == "q" and wide.rsplit == 2
     assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=False).kernel == "n"
@@ -901,20 +904,23 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
         assert got["dependents_after_loop"]
 
 
-@pytest.mark.parametrize("group,page,stages,ql,bn,pdl", [(6, 16, 2, 6, 64, 1), (8, 128, 3, 8, 64, 0),
-                                                         (4, 32, 2, 2, 32, 1), (8, 16, 2, 4, 32, 0)])
-def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages, ql, bn, pdl):
-    """Kernel "v" builds for sm_90 (Triton's own ptxas) for 8 to 64 rows, pages of 16 to 128
-    tokens, 2 or 3 stages and 32- or 64-token tiles. Per tile each thread copies the keys
-    (tokens x 256 bytes), the code words (tokens x 32) and the scale/zero word with 4-byte
-    ``cp.async`` (64-token tiles: 32 + 16 + 1; the prologue fills STAGES - 1 stages), the
-    scores take 16 warp-group products (8 k-steps x 2 query parts) and P V one per 16 tokens;
-    the tile's V^T is the only shared-memory store and the codes and scale/zero words the only
-    loads from it; with ``PDL`` it lets the combine be launched once, after its products."""
-    consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, QL=ql, BN=bn, PDL=bool(pdl))
+@pytest.mark.parametrize("group,page,stages,ql,bn,pdl,d", [(6, 16, 2, 6, 64, 1, 256), (8, 128, 3, 8, 64, 0, 256),
+                                                           (4, 32, 2, 2, 32, 1, 256), (8, 16, 2, 4, 32, 0, 256),
+                                                           (8, 16, 2, 8, 64, 1, 128), (6, 32, 3, 6, 32, 0, 128)])
+def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages, ql, bn, pdl, d):
+    """Kernel "v" builds for sm_90 (Triton's own ptxas) for head sizes 256 and 128, 8 to 64
+    rows, pages of 16 to 128 tokens, 2 or 3 stages and 32- or 64-token tiles. Per tile each
+    thread copies the keys (tokens x D bytes), the code words (tokens x D / 8) and the
+    scale/zero word with 4-byte ``cp.async`` (64 tokens at D = 256: 32 + 16 + 1; the prologue
+    fills STAGES - 1 stages), the scores take D / 16 warp-group products (D / 32 k-steps x 2
+    query parts) and P V one per 16 tokens; the tile's V^T is the only shared-memory store
+    and the codes and scale/zero words the only loads from it; with ``PDL`` it lets the
+    combine be launched once, after its products."""
+    slot = d + d // 2 + 4
+    consts = dict(HK=4, G=group, D=d, PAGE=page, STAGES=stages, SKP=4 * slot, SKH=slot, QL=ql, BN=bn, PDL=bool(pdl))
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
-    assert got["wgmma"] == 16 + bn // 16
-    assert got["cp_async"] == (bn // 2 + bn // 4 + 1) * stages
+    assert got["wgmma"] == d // 16 + bn // 16
+    assert got["cp_async"] == (bn * d // 512 + bn * d // 1024 + 1) * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 2
     assert got["launch_dependents"] == pdl
 
@@ -1072,21 +1078,25 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("seqs,qls,hq,hk", [([32771], [4], 32, 8), ([2051, 7, 300], [8, 1, 3], 32, 8),
                                             ([999, 4100], [5, 2], 24, 4),
-                                            ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8)],
-                         ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4"])
+                                            ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8),
+                                            ([32771], [8], 64, 8), ([2051, 7, 300], [6, 1, 3], 24, 4),
+                                            ([999, 4100, 17], [5, 2, 5], 64, 8)],
+                         ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4", "32K-k8-gqa8-v",
+                              "B3-k6-gqa6-v", "B3-k5-gqa8-v"])
 def test_hopper_verify_d128_default_on_gpu(seqs, qls, hq, hk, monkeypatch):
     """At D = 128 kernel "h" is the default verify where the K+1 x group rows fit one program
     (up to 32), also for batches the plan gives the per-warp kernel (32 sequences x 8 KV
-    heads, 8 rows): against float64 with the tail from the raw K/V; the test asserts it
-    launched."""
+    heads, 8 rows), and kernel "v" for 33 to 64 rows: against float64 with the tail from the
+    raw K/V; the test asserts which kernel launched."""
     if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("kernel h needs a Hopper GPU")
-    calls = _count_calls(monkeypatch, "_launch_h")
+        pytest.skip("kernels h and v need a Hopper GPU")
+    kernel = "v" if max(qls) * (hq // hk) > 32 else "h"
+    calls = _count_calls(monkeypatch, f"_launch_{kernel}")
     lay = TQLayout.from_preset("turboquant_k8v4", 128)
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=128, block_size=16,
                     layout=lay, device="cuda")
     out = _run_verify(c, lay)
-    assert calls, "kernel h was not launched"
+    assert calls, f"kernel {kernel} was not launched"
     assert not torch.isnan(out).any()
     assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
 

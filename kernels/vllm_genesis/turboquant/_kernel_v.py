@@ -10,11 +10,12 @@ tokens x the group's heads of a request (up to 64 rows) on the products' M side:
 * O = P V: P (times the value scales) is the A operand straight from registers; the 4-bit
   codes, copied into shared memory with the keys, are turned into fp16 once per tile and
   stored as V^T [D, tokens] (the B operand, tokens contiguous), column 8 i + j of the head
-  (code j of word i) at row 32 j + i so that a warp's stores spread over all banks; the
+  (code j of word i) at row W j + i (W = D / 8 words a token) so that a warp's stores spread
+  over all banks; the
   partials keep that column order (a thread stores pairs of columns) and the combine
   writes each column to its place in the output.
 
-fp8 e4m3 keys + 4-bit values, D = 256, K + 1 x group <= 64, pages of a power of two of at
+fp8 e4m3 keys + 4-bit values, D = 128 or 256, K + 1 x group <= 64, pages of a power of two of at
 least 16 tokens, NVIDIA Hopper. The cache is read up to the K + 1 tail, which the combine
 takes from the raw K/V (as for the other verify kernels).
 """
@@ -35,20 +36,27 @@ ROWS_MAX = 64  # query rows a program (the products' M)
 
 @gluon.constexpr_function
 def _copy_layout(bn, per_token):
-    """Copies of one tile [page parts of 16 tokens, 16 rows, per_token 4-byte items]: a warp
-    copies one part (two warps share one with 32-token tiles), 32 lanes along a token."""
+    """Copies of one tile [page parts of 16 tokens, 16 rows, per_token items]: a warp copies
+    one part (two warps share one with 32-token tiles), 32 lanes along a token (items of 4
+    bytes where a token has more than 32, else one 4-byte word each, two tokens a warp step
+    for 16 words)."""
     parts = bn // 16
-    return gl.BlockedLayout([1, 16 * parts // 4, 4 if per_token > 32 else 1], [1, 1, 32], [parts, 4 // parts, 1],
-                            [2, 1, 0])
+    if per_token > 32:
+        return gl.BlockedLayout([1, 16 * parts // 4, 4], [1, 1, 32], [parts, 4 // parts, 1], [2, 1, 0])
+    return gl.BlockedLayout([1, 16 * parts * per_token // 128, 1], [1, 32 // per_token, per_token],
+                            [parts, 4 // parts, 1], [2, 1, 0])
 
 
 @gluon.constexpr_function
 def _codes_read_layout(bn, words):
-    """The codes read back: [tokens / 8 groups, 8 tokens, words], a thread's 8 tokens of one
-    word consecutive (the f16x2 pairing), lanes along the words, warp w groups w (+ 4)."""
+    """The codes read back: [tokens / 8 groups, 8 tokens, words], a thread's tokens of one word
+    consecutive (the f16x2 pairing), lanes along the words (with 16 words the last lane bit
+    takes the highest register bit's tokens), warp w groups w (+ 4)."""
     regs = [[0, 1, 0], [0, 2, 0], [0, 4, 0]] + ([[4, 0, 0]] if bn == 64 else [])
-    return gl.DistributedLinearLayout(regs, [[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 0, 8], [0, 0, 16]],
-                                      [[1, 0, 0], [2, 0, 0]], [], [bn // 8, 8, words])
+    lanes = [[0, 0, 1 << k] for k in range(words.bit_length() - 1)]
+    while len(lanes) < 5:
+        lanes.append(regs.pop())
+    return gl.DistributedLinearLayout(regs, lanes, [[1, 0, 0], [2, 0, 0]], [], [bn // 8, 8, words])
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
@@ -169,7 +177,7 @@ def _tq_verify_kernel_v(
         cblk = _blocks(bt_row, pa + BN + cpos, last_page, PAGE)
         zblk = _blocks(bt_row, pa + BN + zpos, last_page, PAGE)
 
-        # V^T of this tile: code j of word i (head column 8 i + j) -> row 32 j + i, fp16
+        # V^T of this tile: code j of word i (head column 8 i + j) -> row W j + i, fp16
         cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
         vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, BN]))
 
@@ -204,7 +212,7 @@ def _tq_verify_kernel_v(
     gl.store(MidL + mid + rows, lse, mask=rows < ROWS)
     o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 1) + gl.expand_dims(gl.convert_layout(zo, LRO), 1)
     orow = gl.expand_dims(gl.arange(0, M, layout=LRO), 1)
-    # stored in the operand's column order (32 j + i for head column 8 i + j: pairs of columns
+    # stored in the operand's column order (W j + i for head column 8 i + j: pairs of columns
     # a thread, whole sectors a quad); the combine reads them back in head order
     ocol2 = gl.expand_dims(ocol, 0)
     gl.store(MidO + (mid + orow) * D + ocol2, o, mask=(orow < ROWS) & (ocol2 >= 0))

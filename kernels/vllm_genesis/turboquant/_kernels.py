@@ -668,7 +668,7 @@ def _tq_combine_kernel(
     HAS_QSTART: tl.constexpr,
     PDL: tl.constexpr = False,  # after kernels "h" / "v": wait for stage 1's end (a no-op unless the
     # combine was launched as a programmatic dependent of it)
-    PERM: tl.constexpr = False,  # partial column 32 j + i holds head column 8 i + j (kernel "v")
+    PERM: tl.constexpr = False,  # partial column W j + i holds head column 8 i + j, W = D / 8 (kernel "v")
 ):
     NDC: tl.constexpr = D // DC
     pid0 = tl.program_id(0)
@@ -680,7 +680,7 @@ def _tq_combine_kernel(
     g = r - qi * G
     head = hk * G + g
     cols = dc * DC + tl.arange(0, DC)  # the partials' columns
-    hcols = (8 * (cols % 32) + cols // 32) if PERM else cols  # the head's columns they hold
+    hcols = (8 * (cols % (D // 8)) + cols // (D // 8)) if PERM else cols  # the head's columns they hold
     sc = tl.arange(0, S_CHUNK)
     base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
 

@@ -63,7 +63,7 @@ class TileConfig:
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
     # launcher runs by default for decode where it applies and for verify at D = 128 with at
     # most 32 rows in place of "q", "n" or "w"; "v": the Hopper verify on warp-group products (query rows on
-    # M, up to 64; D = 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or 32-token
+    # M, up to 64; D = 128 or 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or 32-token
     # tiles), the default verify on Hopper where it applies ("q" elsewhere); all fall back to
     # "n" elsewhere
     kernel: str = "n"
@@ -118,7 +118,7 @@ def default_tiles(
     at the top of each step; with 5 two tiles stay in flight), with a quarter of the usual
     split count (``default_num_splits``); other many-pair shapes -> 64-token tiles on the
     pipeliner with a 168-register cap; verify -> with ``fp8_mma`` (Hopper) and word-aligned
-    slots, D = 256 and at most 64 rows kernel "v" (warp-group products, its own split count;
+    slots, D = 256 and at most 64 rows, or D = 128 and 33 to 64, kernel "v" (warp-group products, its own split count;
     kernel "q" where it cannot run); else the fp8 tensor-core kernel ("q") with the query rows on M, 64-token tiles, keys on
     a 5-stage pipeline, codes fetched a tile ahead, the softmax reference moved on every
     tile, at most 64 rows per program (query tokens split over programs beyond that); else
@@ -133,9 +133,9 @@ def default_tiles(
             return TileConfig(16 if programs < 32 else 64, 4, 1)
         return TileConfig(32, 4 if programs < 32 else 2, 1)
     if m_pad > 16:
-        if fp8_mma and words_ok and head_dim == 256 and m_pad <= 64:
+        if fp8_mma and words_ok and (head_dim == 256 and m_pad <= 64 or head_dim == 128 and m_pad == 64):
             # kernel "v" (Hopper warp-group products; the launcher runs kernel "q" where it
-            # cannot)
+            # cannot); at D = 128 for 33-64 rows (kernel "h" takes up to 32)
             return TileConfig(64, 4, 2, "v")
         if fp8_mma and words_ok and head_dim >= 64:
             return verify_q_tiles(m_pad)
@@ -156,7 +156,7 @@ def verify_q_tiles(m_pad: int) -> TileConfig:
 
 @lru_cache(maxsize=None)
 def fp8_mma_default(device_index: int) -> bool:
-    """Whether the launchers pick the fp8 tensor-core kernels ("q", for D = 256 verify "v") by
+    """Whether the launchers pick the fp8 tensor-core kernels ("q", for verify "v") by
     default: Hopper GPUs (where they were measured) and the CPU interpreter (so that the
     default path is tested; "v" is run as "q" there)."""
     if _interpreting():
@@ -306,8 +306,8 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
     """Verify batches kernel "h" runs by default: D = 128 with all K + 1 x group rows in one
     program, in place of the planned kernel "q", "n" or "w", with the plan's split count
     (H200: 25-38% less time than kernel "q", 2-11% less than the per-warp kernel "w" at its
-    quarter split count; split over two programs it was slower, and at D = 256 kernel "v" is
-    faster)."""
+    quarter split count; split over two programs it was slower than kernel "v", which takes
+    33-64 rows at D = 128 and every verify batch up to 64 rows at D = 256)."""
     from ._kernel_h import MAX_ROWS
 
     return head_dim == 128 and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n", "w")
@@ -430,7 +430,7 @@ def run_attention(
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
     # kernel "v" runs where kernel "h" could (its limits, G <= 8 and K + 1 <= 8, keep the rows
     # within its 64)
-    if tiles.kernel == "v" and not (has_qstart and raw_tail and D == 256
+    if tiles.kernel == "v" and not (has_qstart and raw_tail and D in (128, 256)
                                     and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
         tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
