@@ -11,12 +11,11 @@ tokens x the group's heads of a request (up to 64 rows) on the products' M side:
   codes, copied into shared memory with the keys, are turned into fp16 once per tile and
   stored as V^T [D, tokens] (the B operand, tokens contiguous), column 8 i + j of the head
   (code j of word i) at row W j + i (W = D / 8 words a token) so that a warp's stores spread
-  over all banks; the
-  partials keep that column order (a thread stores pairs of columns) and the combine
-  writes each column to its place in the output.
+  over all banks; the partials keep that column order (a thread stores pairs of columns)
+  and the combine writes each column to its place in the output.
 
-fp8 e4m3 keys + 4-bit values, D = 128 or 256, K + 1 x group <= 64, pages of a power of two of at
-least 16 tokens, NVIDIA Hopper. The cache is read up to the K + 1 tail, which the combine
+fp8 e4m3 keys + 4-bit values, D = 128 or 256, K + 1 x group <= 64, pages of a power of two
+of at least 16 tokens, NVIDIA Hopper. The cache is read up to the K + 1 tail, which the combine
 takes from the raw K/V (as for the other verify kernels).
 """
 

@@ -62,10 +62,10 @@ class TileConfig:
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
     # launcher runs by default for decode where it applies and for verify at D = 128 with at
-    # most 32 rows in place of "q", "n" or "w"; "v": the Hopper verify on warp-group products (query rows on
-    # M, up to 64; D = 128 or 256; fp8 e4m3 keys + 4-bit values; pages of 16+ tokens; 64- or 32-token
-    # tiles), the default verify on Hopper where it applies ("q" elsewhere); all fall back to
-    # "n" elsewhere
+    # most 32 rows in place of "q", "n" or "w"; "v": the Hopper verify on warp-group products
+    # (query rows on M, up to 64; D = 128 or 256; fp8 e4m3 keys + 4-bit values; pages of 16+
+    # tokens; 64- or 32-token tiles), the default verify on Hopper where it applies (D = 256
+    # up to 64 rows, D = 128 from 33 to 64; "q" elsewhere); all fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -118,8 +118,8 @@ def default_tiles(
     at the top of each step; with 5 two tiles stay in flight), with a quarter of the usual
     split count (``default_num_splits``); other many-pair shapes -> 64-token tiles on the
     pipeliner with a 168-register cap; verify -> with ``fp8_mma`` (Hopper) and word-aligned
-    slots, D = 256 and at most 64 rows, or D = 128 and 33 to 64, kernel "v" (warp-group products, its own split count;
-    kernel "q" where it cannot run); else the fp8 tensor-core kernel ("q") with the query rows on M, 64-token tiles, keys on
+    slots, D = 256 and at most 64 rows, or D = 128 and 33 to 64, kernel "v" (warp-group
+    products, its own split count; kernel "q" where it cannot run); else the fp8 tensor-core kernel ("q") with the query rows on M, 64-token tiles, keys on
     a 5-stage pipeline, codes fetched a tile ahead, the softmax reference moved on every
     tile, at most 64 rows per program (query tokens split over programs beyond that); else
     32-token tiles on a 5-stage pipeline. ``words_ok``: the cache strides and slot allow int32 word loads (fp8
