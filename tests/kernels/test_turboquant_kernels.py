@@ -358,6 +358,7 @@ def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
     assert default_tiles(128, 64, True, 4, 32768, True, fp8_mma=True).kernel == "v"
     verify = default_tiles(128, 32, True, 4, 32768, True, fp8_mma=True)
     assert verify.kernel == "q" and verify.rows_m and verify.prefetch == 2
+    assert default_tiles(128, 32, True, 64, 8192, True, fp8_mma=True).rows_m
     assert default_tiles(64, 64, True, 4, 32768, True, fp8_mma=True).kernel == "q"
     assert default_tiles(128, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"  # unaligned slots
     wide = default_tiles(256, 128, True, 4, 32768, True, fp8_mma=True)

@@ -305,7 +305,7 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache)
 def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: int) -> bool:
     """Verify batches kernel "h" runs by default: D = 128 with all K + 1 x group rows in one
     program, in place of the planned kernel "q", "n" or "w", with the plan's split count
-    (H200: 25-38% less time than kernel "q", 2-11% less than the per-warp kernel "w" at its
+    (H200: 25-38% less time than kernel "q", 2-13% less than the per-warp kernel "w" at its
     quarter split count; split over two programs it was slower than kernel "v", which takes
     33-64 rows at D = 128 and every verify batch up to 64 rows at D = 256)."""
     from ._kernel_h import MAX_ROWS
@@ -428,9 +428,9 @@ def run_attention(
     pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
     perm = False  # the partials' columns in kernel "v"'s order
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
-    # kernel "v" runs where kernel "h" could (its limits, G <= 8 and K + 1 <= 8, keep the rows
-    # within its 64)
-    if tiles.kernel == "v" and not (has_qstart and raw_tail and D in (128, 256)
+    # kernel "v" runs where kernel "h" could (the same head sizes; its limits, G <= 8 and
+    # K + 1 <= 8, keep the rows within its 64)
+    if tiles.kernel == "v" and not (has_qstart and raw_tail
                                     and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
         tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
     if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
