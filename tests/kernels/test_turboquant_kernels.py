@@ -280,13 +280,14 @@ def test_hopper_kernel_replaces_planned_verify_kernels_at_d128():
     """At D = 128 kernel "h" takes verify batches whose K+1 x group rows fit one of its
     programs (32) in place of the planned kernels "q", "n" and the per-warp "w" (the
     plan, and so its split count, stays); not more rows, not D = 256 (kernel "v"'s), and not
-    a plan that names kernel "v"."""
+    a plan that names kernel "v", which the plan does on Hopper from 17 rows."""
     from vllm_genesis.turboquant._launch import _h_verify_default, launch_plan
 
-    planned = {(16, 4, 2): "w", (1, 8, 4): "n", (2, 2, 8): "q"}  # (batch, KV heads, K+1), group 4
+    planned = {(16, 4, 2): "w", (1, 8, 4): "n", (2, 2, 5): "v", (2, 2, 8): "v"}  # (batch, KV heads, K+1), group 4
     for (batch, hk, ql), kernel in planned.items():
         tiles, _ = launch_plan(batch, hk, 128, 4, ql, True, 32768, True, 132, fp8_mma=True)
-        assert tiles.kernel == kernel and _h_verify_default(tiles, 128, 4, ql)
+        assert tiles.kernel == kernel and _h_verify_default(tiles, 128, 4, ql) == (kernel != "v")
+    assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8)  # a plan of kernel "q", 32 rows
     assert not _h_verify_default(TileConfig(64, 4, 2, "q"), 128, 6, 6)  # 36 rows
     assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 256, 4, 2)
     assert not _h_verify_default(TileConfig(64, 4, 2, "v"), 128, 4, 2)
@@ -347,18 +348,20 @@ def test_fp8_tensor_core_kernel(hq, hk, page, pf):
 
 
 def test_default_tiles_pick_fp8_tensor_core_kernel_for_verify():
-    """Verify on Hopper (and under the interpreter) runs kernel "v" for D = 256 and up to 64
-    rows and for D = 128 and 33 to 64 rows, kernel "q" for other head sizes and more rows
-    (and at D = 128 for 17-32 rows, which kernel "h" takes in its place on Hopper);
-    elsewhere, with unaligned slots and for decode the previous defaults stay."""
+    """Verify on Hopper (and under the interpreter) runs kernel "v" for D = 256 or 128 and 17
+    to 64 rows (D = 256 also with 16-row padding), kernel "q" for other head sizes and more
+    rows; elsewhere, with unaligned slots and for decode the previous defaults stay."""
     from vllm_genesis.turboquant._launch import default_tiles, fp8_mma_default
 
     assert default_tiles(256, 64, True, 4, 32768, True, fp8_mma=True).kernel == "v"
     assert default_tiles(256, 32, True, 64, 8192, True, fp8_mma=True).kernel == "v"
     assert default_tiles(128, 64, True, 4, 32768, True, fp8_mma=True).kernel == "v"
-    verify = default_tiles(128, 32, True, 4, 32768, True, fp8_mma=True)
+    assert default_tiles(128, 32, True, 4, 32768, True, fp8_mma=True).kernel == "v"
+    assert default_tiles(128, 32, True, 512, 4096, True, fp8_mma=True).kernel == "v"
+    assert default_tiles(128, 128, True, 4, 32768, True, fp8_mma=True).kernel == "q"
+    verify = default_tiles(64, 32, True, 4, 32768, True, fp8_mma=True)
     assert verify.kernel == "q" and verify.rows_m and verify.prefetch == 2
-    assert default_tiles(128, 32, True, 64, 8192, True, fp8_mma=True).rows_m
+    assert default_tiles(64, 32, True, 64, 8192, True, fp8_mma=True).rows_m
     assert default_tiles(64, 64, True, 4, 32768, True, fp8_mma=True).kernel == "q"
     assert default_tiles(128, 64, True, 4, 32768, False, fp8_mma=True).kernel == "n"  # unaligned slots
     wide = default_tiles(256, 128, True, 4, 32768, True, fp8_mma=True)
@@ -824,6 +827,8 @@ M = importlib.import_module("vllm_genesis.turboquant." + sys.argv[1])
 jit = getattr(M, sys.argv[2])
 consts = eval(sys.argv[3], {"M": M})
 names = jit.arg_names
+if "TL" in names:
+    consts.setdefault("TL", None)  # kernel "h"'s diagnostics timeline: off
 ptrs = {n: t for n, t in {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32",
                           "MidO": "*fp32", "MidL": "*fp32"}.items() if n in names}
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
@@ -964,6 +969,61 @@ def test_combine_after_kernel_h_waits_for_it_before_any_load(pdl, tail, launch):
         assert got["loads_before_wait"] == 0
 
 
+def _partial_columns(order: int, d: int) -> torch.Tensor:
+    """The head column that each partial column holds, from the stage-1 kernels' definitions:
+    0 the head's order; 1 kernel "v" (column W j + i holds head column 8 i + j, W = D / 8); 2
+    kernel "h" at D = 256 (partials in the value operand's row order: row 128 j2 + 64 j1 +
+    16 (i // 8) + 8 j0 + i % 8 holds code j = 4 j2 + 2 j1 + j0 of code word i, head column
+    8 i + j)."""
+    held = torch.arange(d)
+    w = d // 8
+    for i in range(w):
+        for j in range(8):
+            if order == 1:
+                held[w * j + i] = 8 * i + j
+            elif order == 2:
+                held[128 * (j >> 2) + 64 * ((j >> 1) & 1) + 16 * (i // 8) + 8 * (j & 1) + i % 8] = 8 * i + j
+    return held
+
+
+@pytest.mark.parametrize("order,num_splits", [(0, 5), (1, 3), (2, 3), (2, 70)])
+def test_combine_puts_partial_columns_back_in_head_order(order, num_splits):
+    """The combine merges split partials stored in kernel "v"'s and kernel "h"'s (D = 256)
+    column orders into the head's order (the order codes the launcher passes, against the
+    column maps written out from the kernels' operand rows), over one and over several
+    split chunks."""
+    from vllm_genesis.turboquant._kernel_h import PARTIAL_ORDER_H
+    from vllm_genesis.turboquant._kernel_v import PARTIAL_ORDER_V
+    from vllm_genesis.turboquant._kernels import _tq_combine_kernel
+    from vllm_genesis.turboquant._launch import combine_chunk
+
+    assert (PARTIAL_ORDER_V, PARTIAL_ORDER_H) == (1, 2)
+    d, g, hk = 256, 2, 2
+    held = _partial_columns(order, d)
+    assert sorted(held.tolist()) == list(range(d))
+    gen = torch.Generator().manual_seed(5)
+    true_o = torch.randn(1, hk, num_splits, g, d, generator=gen)
+    lse = torch.randn(1, hk, num_splits, g, generator=gen) * 3
+    lse[0, 0, 1, 0] = float("-inf")  # a split that saw no token
+    mid_o = torch.empty_like(true_o)
+    mid_o[..., torch.arange(d)] = true_o[..., held]
+    w = torch.exp2(lse - lse.amax(2, keepdim=True))
+    want = (w[..., None] * true_o).sum(2) / w.sum(2)[..., None]  # [1, hk, g, d]
+    q = torch.zeros(1, hk * g, d, dtype=torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    seq = torch.tensor([9], dtype=torch.int32)
+    mid_o, mid_l, q, out, seq = (t.to(DEV) for t in (mid_o, lse, q, out, seq))
+    s_chunk = min(combine_chunk(num_splits), 64)
+    dc = max(16, min(d, 4096 // s_chunk))
+    _tq_combine_kernel[(g * (d // dc), hk, 1)](
+        mid_o, mid_l, q, q, q, out, seq, seq, q.stride(0), q.stride(1), q.stride(0), q.stride(1), q.stride(0),
+        q.stride(1), out.stride(0), out.stride(1), num_splits, 1.0, HK=hk, G=g, QL=1, ROWS=g, D=d, DC=dc,
+        S_CHUNK=s_chunk, QL_PAD=2, RAW_TAIL=False, HAS_QSTART=False, PERM=order)
+    got = out.float().cpu().reshape(hk, g, d)
+    assert not torch.isnan(got).any()
+    assert rel_err(got, want.reshape(hk, g, d)) < 1e-2
+
+
 def test_combine_is_a_dependent_launch_only_inside_graphs_or_when_asked():
     """Eager calls launch the combine plainly (a programmatic dependent launch costs host
     time); inside a CUDA-graph capture, or inside ``programmatic_combine(True)`` (the warm-up),
@@ -1085,13 +1145,13 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
                          ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4", "32K-k8-gqa8-v",
                               "B3-k6-gqa6-v", "B3-k5-gqa8-v"])
 def test_hopper_verify_d128_default_on_gpu(seqs, qls, hq, hk, monkeypatch):
-    """At D = 128 kernel "h" is the default verify where the K+1 x group rows fit one program
-    (up to 32), also for batches the plan gives the per-warp kernel (32 sequences x 8 KV
-    heads, 8 rows), and kernel "v" for 33 to 64 rows: against float64 with the tail from the
-    raw K/V; the test asserts which kernel launched."""
+    """At D = 128 kernel "h" is the default verify for up to 16 K+1 x group rows, also for
+    batches the plan gives the per-warp kernel (32 sequences x 8 KV heads, 8 rows), and
+    kernel "v" for 17 to 64 rows: against float64 with the tail from the raw K/V; the test
+    asserts which kernel launched."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernels h and v need a Hopper GPU")
-    kernel = "v" if max(qls) * (hq // hk) > 32 else "h"
+    kernel = "v" if max(qls) * (hq // hk) > 16 else "h"
     calls = _count_calls(monkeypatch, f"_launch_{kernel}")
     lay = TQLayout.from_preset("turboquant_k8v4", 128)
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=128, block_size=16,

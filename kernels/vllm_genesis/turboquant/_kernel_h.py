@@ -12,8 +12,9 @@ of the group (up to 8) on the products' N side:
 * output^T = V^T P^T: the probabilities (times the value scales) go to shared memory as the
   B operand; the 4-bit codes are loaded into the registers of the A operand, each thread's
   eight output rows being the eight codes of one int32 word of a token, two tokens' words
-  paired into f16x2 registers (``prmt``), so no code passes through shared memory; the rows
-  are put back in cache order when the partials are stored.
+  paired into f16x2 registers (``prmt``), so no code passes through shared memory. At D = 256
+  the partials are stored in the operand's row order (whole 32-byte sectors a store; the
+  combine puts the columns back in head order), at D = 128 in head order.
 
 At D = 128 (16 code words a token, two m64 row blocks) two lanes load each word and convert
 half of its codes each, so the operand keeps the same register layout.
@@ -39,6 +40,9 @@ NUM_WARPS = 4
 # later: async_load)
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 MAX_ROWS = 32  # query rows on N per program (more: the query tokens over several programs)
+# the combine's column order for kernel "h"'s partials at D = 256 (operand rows: row m holds
+# code 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2 of word 8 (m // 16 % 4) + m % 8)
+PARTIAL_ORDER_H = 2
 
 
 # The layouts, built while the kernel is compiled (only the row count is a launch argument,
@@ -114,6 +118,12 @@ def _launch_dependents():
     dependent launch) be launched now; it still waits for this grid's end before it reads."""
     gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
                               pack=1)
+
+
+@gluon.jit
+def _clock():
+    """The GPU's global nanosecond timer."""
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -209,7 +219,10 @@ def _tq_decode_kernel_h(
     RSPLIT: gl.constexpr = 1,  # programs per (split, KV head, sequence), one share of the tokens each
     HAS_QSTART: gl.constexpr = False,  # verify: query tokens from QStart, the cache up to them
     PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
+    TL=None,  # diagnostics: int64 [programs, 4] timeline (``tools/bench/tq_timeline.py``)
 ):
+    if TL is not None:
+        t_start = _clock()
     BN: gl.constexpr = 64
     ROWS: gl.constexpr = QL * G
     LS: gl.constexpr = _scores_layout(R)
@@ -344,6 +357,8 @@ def _tq_decode_kernel_h(
         else:
             acc = warpgroup_mma(_value_operand(cw, LO, D, BN), psm, acc)
     async_copy.wait_group(0)
+    if TL is not None:
+        t_loop = _clock()
     if PDL:
         _launch_dependents()
 
@@ -356,11 +371,21 @@ def _tq_decode_kernel_h(
     o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 0) + gl.expand_dims(gl.convert_layout(zo, LRO), 0)
     om = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(1, LO)), 1)
     orow = gl.expand_dims(gl.arange(0, R, layout=LRO), 0)
-    # operand row m -> head column: word 8 (m // 16 % 4) + m % 8, code 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2
     if D == 128:
-        # word 4 (m // 16 % 4) + m // 2 % 4, code 4 (m % 2) + 2 (m // 64) + m // 8 % 2
+        # operand row m -> head column: word 4 (m // 16 % 4) + m // 2 % 4, code 4 (m % 2) +
+        # 2 (m // 64) + m // 8 % 2
         ocol = 32 * ((om >> 4) & 3) + 8 * ((om >> 1) & 3) + 4 * (om & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
     else:
-        ocol = 64 * ((om >> 4) & 3) + 8 * (om & 7) + 4 * ((om >> 7) & 1) + 2 * ((om >> 6) & 1) + ((om >> 3) & 1)
+        # D = 256: the partials in operand-row order (each store instruction of a warp fills
+        # whole 32-byte sectors; the combine puts the columns back, ``PARTIAL_ORDER_H``)
+        ocol = om
     own = (orow < QPP * G) & (part * (QPP * G) + orow < ROWS)  # this program's rows
     gl.store(MidO + (mid + orow) * D + ocol, o, mask=own & (ocol >= 0))
+    if TL is not None:
+        # the program's start, its loop's end, its end (partials stored) and its SM
+        row = TL + ((b * HK + hk) * gl.num_programs(0) + pid0) * 4
+        gl.store(row, t_start)
+        gl.store(row + 1, t_loop)
+        gl.store(row + 2, _clock())
+        gl.store(row + 3, gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False,
+                                                    pack=1).to(gl.int64))

@@ -30,6 +30,9 @@ from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
 from ._kernel_h import _async_load, _blocks, _launch_dependents, _part_copies, _q_split, _split_range, _word_offsets
 
 NUM_WARPS = 4
+# the combine's column order for kernel "v"'s partials (column W j + i holds head column 8 i + j,
+# W = D / 8)
+PARTIAL_ORDER_V = 1
 ROWS_MAX = 64  # query rows a program (the products' M)
 
 

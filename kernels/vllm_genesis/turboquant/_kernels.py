@@ -668,7 +668,9 @@ def _tq_combine_kernel(
     HAS_QSTART: tl.constexpr,
     PDL: tl.constexpr = False,  # after kernels "h" / "v": wait for stage 1's end (a no-op unless the
     # combine was launched as a programmatic dependent of it)
-    PERM: tl.constexpr = False,  # partial column W j + i holds head column 8 i + j, W = D / 8 (kernel "v")
+    PERM: tl.constexpr = 0,  # the partials' column order: 0 the head's; 1 kernel "v"'s (column W j + i
+    # holds head column 8 i + j, W = D / 8); 2 kernel "h"'s at D = 256 (column m holds head column
+    # 8 (8 (m // 16 % 4) + m % 8) + 4 (m // 128) + 2 (m // 64 % 2) + m // 8 % 2)
 ):
     NDC: tl.constexpr = D // DC
     pid0 = tl.program_id(0)
@@ -680,7 +682,12 @@ def _tq_combine_kernel(
     g = r - qi * G
     head = hk * G + g
     cols = dc * DC + tl.arange(0, DC)  # the partials' columns
-    hcols = (8 * (cols % (D // 8)) + cols // (D // 8)) if PERM else cols  # the head's columns they hold
+    if PERM == 2:  # the head's columns they hold
+        hcols = 64 * ((cols >> 4) & 3) + 8 * (cols & 7) + 4 * ((cols >> 7) & 1) + 2 * ((cols >> 6) & 1) + ((cols >> 3) & 1)
+    elif PERM == 1:
+        hcols = 8 * (cols % (D // 8)) + cols // (D // 8)
+    else:
+        hcols = cols
     sc = tl.arange(0, S_CHUNK)
     base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
 

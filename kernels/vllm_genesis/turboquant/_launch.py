@@ -62,10 +62,10 @@ class TileConfig:
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
     # launcher runs by default for decode where it applies and for verify at D = 128 with at
-    # most 32 rows in place of "q", "n" or "w"; "v": the Hopper verify on warp-group products
+    # most 16 rows in place of "n" or "w"; "v": the Hopper verify on warp-group products
     # (query rows on M, up to 64; D = 128 or 256; fp8 e4m3 keys + 4-bit values; pages of 16+
     # tokens; 64- or 32-token tiles), the default verify on Hopper where it applies (D = 256
-    # up to 64 rows, D = 128 from 33 to 64; "q" elsewhere); all fall back to "n" elsewhere
+    # up to 64 rows, D = 128 from 17 to 64; "q" elsewhere); all fall back to "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -118,7 +118,7 @@ def default_tiles(
     at the top of each step; with 5 two tiles stay in flight), with a quarter of the usual
     split count (``default_num_splits``); other many-pair shapes -> 64-token tiles on the
     pipeliner with a 168-register cap; verify -> with ``fp8_mma`` (Hopper) and word-aligned
-    slots, D = 256 and at most 64 rows, or D = 128 and 33 to 64, kernel "v" (warp-group
+    slots, D = 256 and at most 64 rows, or D = 128 and 17 to 64, kernel "v" (warp-group
     products, its own split count; kernel "q" where it cannot run); else the fp8 tensor-core kernel ("q") with the query rows on M, 64-token tiles, keys on
     a 5-stage pipeline, codes fetched a tile ahead, the softmax reference moved on every
     tile, at most 64 rows per program (query tokens split over programs beyond that); else
@@ -133,9 +133,9 @@ def default_tiles(
             return TileConfig(16 if programs < 32 else 64, 4, 1)
         return TileConfig(32, 4 if programs < 32 else 2, 1)
     if m_pad > 16:
-        if fp8_mma and words_ok and (head_dim == 256 and m_pad <= 64 or head_dim == 128 and m_pad == 64):
+        if fp8_mma and words_ok and head_dim in (128, 256) and m_pad <= 64:
             # kernel "v" (Hopper warp-group products; the launcher runs kernel "q" where it
-            # cannot); at D = 128 for 33-64 rows (kernel "h" takes up to 32)
+            # cannot); at D = 128 from 17 rows (kernel "h" takes up to 16)
             return TileConfig(64, 4, 2, "v")
         if fp8_mma and words_ok and head_dim >= 64:
             return verify_q_tiles(m_pad)
@@ -306,8 +306,9 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
     """Verify batches kernel "h" runs by default: D = 128 with all K + 1 x group rows in one
     program, in place of the planned kernel "q", "n" or "w", with the plan's split count
     (H200: 25-38% less time than kernel "q", 2-13% less than the per-warp kernel "w" at its
-    quarter split count; split over two programs it was slower than kernel "v", which takes
-    33-64 rows at D = 128 and every verify batch up to 64 rows at D = 256)."""
+    quarter split count). The plan names kernel "v" from 17 rows at D = 128 (less time than
+    kernel "h" on 12 of 15 batches of 17-32 rows) and for every verify batch up to 64 rows at
+    D = 256, so on Hopper this takes the batches of at most 16 rows."""
     from ._kernel_h import MAX_ROWS
 
     return head_dim == 128 and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n", "w")
@@ -426,7 +427,7 @@ def run_attention(
     kern = _tq_split_kernel
     extra = {}
     pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
-    perm = False  # the partials' columns in kernel "v"'s order
+    perm = 0  # the partials' column order (``_tq_combine_kernel``'s PERM)
     ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
     # kernel "v" runs where kernel "h" could (the same head sizes; its limits, G <= 8 and
     # K + 1 <= 8, keep the rows within its 64)
@@ -448,12 +449,18 @@ def run_attention(
                   pdl=COMBINE_PDL)
         kern = None
         pdl = COMBINE_PDL
+        if D == 256:
+            from ._kernel_h import PARTIAL_ORDER_H
+
+            perm = PARTIAL_ORDER_H
     elif tiles.kernel == "v":
         _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
                   tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL)
         kern = None
         pdl = COMBINE_PDL
-        perm = True
+        from ._kernel_v import PARTIAL_ORDER_V
+
+        perm = PARTIAL_ORDER_V
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
         extra["ASM"] = ptx_ok
@@ -571,7 +578,7 @@ def run_attention(
         num_warps=4,
         num_stages=2,
         **({"PDL": True, "launch_pdl": _pdl_launch()} if pdl else {}),
-        **({"PERM": True} if perm else {}),
+        **({"PERM": perm} if perm else {}),
     )
     return out
 
