@@ -827,10 +827,10 @@ M = importlib.import_module("vllm_genesis.turboquant." + sys.argv[1])
 jit = getattr(M, sys.argv[2])
 consts = eval(sys.argv[3], {"M": M})
 names = jit.arg_names
-if "TL" in names:
-    consts.setdefault("TL", None)  # kernel "h"'s diagnostics timeline: off
+if "TL" in names and not consts.pop("TL_ON", False):
+    consts.setdefault("TL", None)  # kernel "h"'s diagnostics timeline: off unless asked
 ptrs = {n: t for n, t in {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32",
-                          "MidO": "*fp32", "MidL": "*fp32"}.items() if n in names}
+                          "MidO": "*fp32", "MidL": "*fp32", "TL": "*i64"}.items() if n in names and n not in consts}
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
@@ -840,6 +840,7 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                  | {"mma": ptx.count("mma.sync.aligned.m16n8k16"), "wgmma": ptx.count("wgmma.mma_async"),
                     "cp_async": ptx.count("cp.async.ca.shared.global"),
                     "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
+                    "timer": ptx.count("%globaltimer"),
                     "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol")}))
 """
 
@@ -908,6 +909,17 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
     assert got["launch_dependents"] == pdl
     if pdl:
         assert got["dependents_after_loop"]
+    assert got["timer"] == 0  # the diagnostics timeline is off
+
+
+def test_hopper_decode_timeline_build():
+    """Kernel "h" with its diagnostics timeline (``tools/bench/tq_timeline.py``) builds for
+    sm_90 and reads the global timer three times (start, loop end, end), with the same
+    products and copies as the plain build."""
+    consts = dict(HK=4, G=6, D=256, PAGE=16, STAGES=2, SKP=4 * 388, SKH=388, R=8, PDL=False, TL_ON=True)
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
+    assert got["timer"] == 3
+    assert got["wgmma"] == 2 * 8 + 4 * 4 and got["cp_async"] == 32 * 2
 
 
 @pytest.mark.parametrize("group,page,stages,ql,bn,pdl,d", [(6, 16, 2, 6, 64, 1, 256), (8, 128, 3, 8, 64, 0, 256),
