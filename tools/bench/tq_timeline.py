@@ -66,8 +66,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
-    from vllm_genesis.turboquant._kernel_h import NUM_WARPS, _tq_decode_kernel_h
-    from vllm_genesis.turboquant._launch import cache_plan, split_workspace
+    from vllm_genesis.turboquant._launch import LOG2E, _launch_h, cache_plan, split_workspace
 
     bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
     results = []
@@ -84,11 +83,8 @@ def main() -> int:
         tl = torch.zeros(B * Hk * S, 4, dtype=torch.int64, device=x.q.device)
 
         def launch():
-            _tq_decode_kernel_h[(S, Hk, B)](
-                x.q, x.cache, x.bt, x.seq_lens, x.seq_lens, mid_o, mid_l, x.q.stride(0), x.q.stride(1),
-                x.cache.stride(0) // 4, x.bt.stride(0), S, D**-0.5 * 1.4426950408889634, SKP=x.cache.stride(1),
-                SKH=x.cache.stride(2), HK=Hk, G=G, D=D, PAGE=x.cache.shape[1], STAGES=2, R=8, TL=tl,
-                num_warps=NUM_WARPS)
+            _launch_h(x.q, x.cache, x.bt, x.seq_lens, x.seq_lens, mid_o, mid_l, S, D**-0.5 * LOG2E, B, G, D,
+                      x.cache.shape[1], 1, False, timeline=tl)
 
         launch()
         runs = []

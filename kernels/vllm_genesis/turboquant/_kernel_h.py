@@ -45,6 +45,12 @@ MAX_ROWS = 32  # query rows on N per program (more: the query tokens over severa
 PARTIAL_ORDER_H = 2
 
 
+def partial_order(head_dim: int) -> int:
+    """The combine's column order for the partials of kernel "h" at this head size (D = 128
+    stores them in head order)."""
+    return PARTIAL_ORDER_H if head_dim == 256 else 0
+
+
 # The layouts, built while the kernel is compiled (only the row count is a launch argument,
 # which keeps the launcher's cache lookup cheap).
 

@@ -315,8 +315,10 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False):
-    from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h
+              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None) -> int:
+    """Stage 1 on kernel "h"; returns the combine's column order for its partials.
+    ``timeline``: int64 [programs, 4], the kernel's diagnostics timeline (``tq_timeline.py``)."""
+    from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h, partial_order
 
     hk = kv_cache.shape[2]
     qpp = max(1, min(query_len, MAX_ROWS // group))  # query tokens a program
@@ -327,12 +329,15 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
         STAGES=max(2, stages), R=max(8, next_pow2(qpp * group)), QL=query_len, QPP=qpp, RSPLIT=rsplit,
         HAS_QSTART=has_qstart, PDL=pdl, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
+        **({"TL": timeline} if timeline is not None else {}),
     )
+    return partial_order(head_dim)
 
 
 def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False):
-    from ._kernel_v import NUM_WARPS, _tq_verify_kernel_v
+              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False) -> int:
+    """Stage 1 on kernel "v"; returns the combine's column order for its partials."""
+    from ._kernel_v import NUM_WARPS, PARTIAL_ORDER_V, _tq_verify_kernel_v
 
     hk = kv_cache.shape[2]
     _tq_verify_kernel_v[(num_splits, hk, batch)](
@@ -342,6 +347,7 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, num_warps=NUM_WARPS,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
+    return PARTIAL_ORDER_V
 
 
 def split_workspace(
@@ -444,23 +450,16 @@ def run_attention(
         # the default decode on Hopper where kernel "h" covers it, and verify at D = 128 with
         # the rows in one program (the plan's split count); other verify batches on request
         asked = tiles.kernel == "h"
-        _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
-                  has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
-                  pdl=COMBINE_PDL)
+        perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
+                         QL, has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
+                         pdl=COMBINE_PDL)
         kern = None
         pdl = COMBINE_PDL
-        if D == 256:
-            from ._kernel_h import PARTIAL_ORDER_H
-
-            perm = PARTIAL_ORDER_H
     elif tiles.kernel == "v":
-        _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page, QL,
-                  tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL)
+        perm = _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
+                         QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL)
         kern = None
         pdl = COMBINE_PDL
-        from ._kernel_v import PARTIAL_ORDER_V
-
-        perm = PARTIAL_ORDER_V
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
         kern = _tq_split_kernel_q
         extra["ASM"] = ptx_ok
