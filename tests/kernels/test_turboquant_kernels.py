@@ -829,6 +829,9 @@ consts = eval(sys.argv[3], {"M": M})
 names = jit.arg_names
 if "TL" in names and not consts.pop("TL_ON", False):
     consts.setdefault("TL", None)  # kernel "h"'s diagnostics timeline: off unless asked
+for p in jit.params:  # constexprs not given: their defaults
+    if p.is_constexpr and p.name not in consts and p._param.default is not p._param.empty:
+        consts[p.name] = p._param.default
 ptrs = {n: t for n, t in {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32",
                           "MidO": "*fp32", "MidL": "*fp32", "TL": "*i64"}.items() if n in names and n not in consts}
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
@@ -840,7 +843,8 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                  | {"mma": ptx.count("mma.sync.aligned.m16n8k16"), "wgmma": ptx.count("wgmma.mma_async"),
                     "cp_async": ptx.count("cp.async.ca.shared.global"),
                     "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
-                    "timer": ptx.count("%globaltimer"),
+                    "timer": ptx.count("%globaltimer"), "wait_prior": ptx.count("griddepcontrol.wait"),
+                    "wait_before_copies": ptx.find("griddepcontrol.wait") < ptx.find("cp.async.ca.shared.global"),
                     "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol")}))
 """
 
@@ -910,6 +914,19 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
     if pdl:
         assert got["dependents_after_loop"]
     assert got["timer"] == 0  # the diagnostics timeline is off
+    assert got["wait_prior"] == 0  # not a programmatic dependent launch
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_hopper_decode_early_build_waits_before_the_cache(stages):
+    """Kernel "h" built as a programmatic dependent launch (``EARLY``) waits once for the
+    kernel before it, and before its first cache copy; the products and copies are those of
+    the plain build."""
+    consts = dict(HK=4, G=6, D=256, PAGE=16, STAGES=stages, SKP=4 * 388, SKH=388, R=8, PDL=True, EARLY=True)
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
+    assert got["wait_prior"] == 1 and got["wait_before_copies"]
+    assert got["wgmma"] == 2 * 8 + 4 * 4 and got["cp_async"] == 32 * stages
+    assert got["launch_dependents"] == 1
 
 
 def test_hopper_decode_timeline_build():
@@ -1127,6 +1144,49 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
     _check_gluon_decode("_launch_h", seqs, hq, page, tiles, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_hopper_decode_in_a_graph_waits_for_the_cache_write(monkeypatch):
+    """In a CUDA graph kernel "h" is a programmatic dependent launch of the kernel before it
+    (``EARLY``): there, a kernel that writes the whole cache. Before each replay the cache is
+    filled with NaN bytes; every replay's output must match float64 on the copied cache, so
+    no key or value was read before the copy ended."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("kernel h needs a Hopper GPU")
+    from vllm_genesis.turboquant._launch import programmatic_combine
+
+    early = []
+    from vllm_genesis.turboquant import _launch
+
+    real = _launch._launch_h
+    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: early.append(k.get("early")) or real(*a, **k))
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=[32775, 4099, 17], num_heads=24, num_kv_heads=4, head_dim=256, block_size=16,
+                    layout=lay, device="cuda")
+    ref = _ref(c, lay)
+    cache = torch.full_like(c["kv_cache"], 0x7F)  # fp8 e4m3 NaN
+    out = torch.empty_like(c["query"])
+
+    def step():  # the copy as a kernel (``copy_`` would be a memcpy node)
+        torch.add(c["kv_cache"].view(torch.int32), 0, out=cache.view(torch.int32))
+        tq_decode_attention(c["query"], cache, c["block_table"], c["seq_lens"], layout=lay, out=out, overlap_prior=True)
+
+    with programmatic_combine(True):  # builds the graph's variants outside the capture
+        step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    assert early[-1] is True
+    for _ in range(20):
+        cache.fill_(0x7F)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any()
+        assert rel_err(out, ref) < DEQ_BOUND
 
 
 @pytest.mark.gpu

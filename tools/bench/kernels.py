@@ -435,8 +435,10 @@ def time_row(row, copy_bps):
 
         def ours(tiles=None, splits=S_def, dot_bf16=None):
             wsp = ws if splits <= S else split_workspace(B, Hk, splits, Hq // Hk, D, DEV)
+            # as vLLM's decode calls it (P40): the lengths and block table written before the forward
             return lambda: tq_decode_attention(q, cache, bt, seq_lens, scale=scale, layout=lay, num_splits=splits,
-                                               out=out, workspace=wsp, tiles=tiles, dot_bf16=dot_bf16)
+                                               out=out, workspace=wsp, tiles=tiles, dot_bf16=dot_bf16,
+                                               overlap_prior=True)
 
         if up is not None:
             Pi = torch.eye(D, device=DEV)

@@ -73,7 +73,7 @@ def main() -> int:
         def ours(splits=None):
             if kind == "decode":
                 return lambda: tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=out, num_splits=splits,
-                                                   tiles=tiles)
+                                                   tiles=tiles, overlap_prior=True)
             raw = None if a.cache_tail else kt
             return lambda: tq_verify_attention(q, raw, raw, cache, bt, seq_lens, qsl, QL, layout=lay, out=out,
                                                num_splits=splits, tiles=tiles)

@@ -38,6 +38,8 @@ def main() -> int:
     ap.add_argument("--in-graph", action="store_true",
                     help="also time each variant as a node among others of one graph (kernels.bench_in_graph)")
     ap.add_argument("--no-pdl", action="store_true", help="kernels h and v without the programmatic dependent combine (graph launches)")
+    ap.add_argument("--no-early", action="store_true",
+                    help="decode without overlap_prior (kernel h in graphs not a programmatic dependent launch)")
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
@@ -77,7 +79,7 @@ def main() -> int:
         def call(tiles, splits, o):
             if kind == "decode":
                 return tq_decode_attention(q, cache, bt, seq_lens, layout=lay, out=o, tiles=tiles, num_splits=splits,
-                                           **mse)
+                                           overlap_prior=not a.no_early, **mse)
             return tq_verify_attention(q, kt, vt, cache, bt, seq_lens, qsl, QL, layout=lay, out=o, tiles=tiles,
                                        num_splits=splits, **mse)
 

@@ -43,6 +43,12 @@ def summary(rows: list[list[int]]) -> dict:
     alone = [r[1] - r[0] for r in rows if per_sm[r[3]] == 1]
     shared = [r[1] - r[0] for r in rows if per_sm[r[3]] > 1]
     last = sorted(range(len(rows)), key=lambda i: rows[i][2])[-4:]
+    # SMs with two programs: the difference of their loop ends, and each SM's mean loop end
+    # (does an SM run slow, or a program?)
+    by_sm: dict[int, list[int]] = {}
+    for r in rows:
+        by_sm.setdefault(r[3], []).append(r[1] - t0)
+    pairs = [v for v in by_sm.values() if len(v) == 2]
     return {
         "span_us": round((max(r[2] for r in rows) - t0) / 1000, 2),
         "programs": len(rows),
@@ -53,6 +59,9 @@ def summary(rows: list[list[int]]) -> dict:
         "epilogue": quantiles([r[2] - r[1] for r in rows]),
         "loop_alone": quantiles(alone) if alone else None,
         "loop_shared": quantiles(shared) if shared else None,
+        "pair_diff": quantiles([abs(a - b) for a, b in pairs]) if pairs else None,
+        "pair_mean": quantiles([(a + b) // 2 for a, b in pairs]) if pairs else None,
+        "slow_sms": sorted(by_sm, key=lambda sm: -sum(by_sm[sm]) / len(by_sm[sm]))[:12],
         "last": [{"program": i, "sm": rows[i][3], "end_us": round((rows[i][2] - t0) / 1000, 2)} for i in last],
     }
 
@@ -100,9 +109,12 @@ def main() -> int:
         print(f"\n{spec} S={S}: {med['programs']} programs on {med['sms']} SMs; span {med['span_us']} us "
               f"(runs: {' '.join(str(s) for s in med['spans_us'])})")
         print(f"  quantiles {', '.join(f'{int(q * 100)}%' for q in QUANTILES)} (us)")
-        for key in ("start", "loop_end", "end", "epilogue", "loop_alone", "loop_shared"):
+        for key in ("start", "loop_end", "end", "epilogue", "loop_alone", "loop_shared", "pair_diff", "pair_mean"):
             if med[key] is not None:
                 print(f"  {key:12s} {' '.join(f'{v:7.2f}' for v in med[key])}")
+        print("  slowest SMs (mean loop end), each run:")
+        for r in runs:
+            print("   ", " ".join(f"{sm:3d}" for sm in r["slow_sms"]))
         print("  last to end:", ", ".join(f"program {d['program']} (SM {d['sm']}) {d['end_us']}" for d in med["last"]))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))

@@ -127,6 +127,29 @@ def _launch_dependents():
 
 
 @gluon.jit
+def _wait_prior():
+    """Waits for the end of the kernel before this one on the stream (and for its writes); a
+    no-op unless this kernel was a programmatic dependent launch."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _first_copies(ksm, K8, bt_row, blk0, start, end, last_page, kpos, krow, stride_kw, PAGE: gl.constexpr,
+                  SKP: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, D: gl.constexpr):
+    """Requests the split's first STAGES - 1 key tiles into the ring (``blk0``: the first
+    tile's block ids)."""
+    for j in gl.static_range(STAGES - 1):
+        pj = start + j * BN + kpos
+        if j == 0:
+            blk = blk0
+        else:
+            blk = _blocks(bt_row, pj, last_page, PAGE)
+        _async_load(ksm.index(j).reshape([4, 16, D]), K8 + 4 * _word_offsets(blk, pj, stride_kw, PAGE, SKP) + krow,
+                    mask=pj < end)
+        async_copy.commit_group()
+
+
+@gluon.jit
 def _clock():
     """The GPU's global nanosecond timer."""
     return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
@@ -225,6 +248,9 @@ def _tq_decode_kernel_h(
     RSPLIT: gl.constexpr = 1,  # programs per (split, KV head, sequence), one share of the tokens each
     HAS_QSTART: gl.constexpr = False,  # verify: query tokens from QStart, the cache up to them
     PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
+    EARLY: gl.constexpr = False,  # this kernel is a programmatic dependent launch: the sequence
+    # lengths and the block table are read before the previous kernel's end, the query and the
+    # cache after it
     TL=None,  # diagnostics: int64 [programs, 4] timeline (``tools/bench/tq_timeline.py``)
 ):
     if TL is not None:
@@ -253,6 +279,13 @@ def _tq_decode_kernel_h(
     q0, q_len, start, end, ntiles, last_page = _split_range(SeqLens, QStart, b, sid, num_splits, QL, HAS_QSTART, BN,
                                                             PAGE)
     bt_row = BT + b.to(gl.int64) * stride_bt
+    K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
+    kpos, krow = _part_copies(4, D, SKP, LKC)
+    blk0 = _blocks(bt_row, start + kpos, last_page, PAGE)  # the first key copies' block ids
+    ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
+    if EARLY:
+        _wait_prior()
+        _first_copies(ksm, K8, bt_row, blk0, start, end, last_page, kpos, krow, stride_kw, PAGE, SKP, STAGES, BN, D)
 
     # the query rows as two fp8 parts in shared memory (the scores' B operand, K-major)
     # row r: query token part * QPP + r // G, head r % G of the group
@@ -273,15 +306,9 @@ def _tq_decode_kernel_h(
     rsc = gl.convert_layout(inv, LRS) * qk_scale
 
     # key tiles: a ring of STAGES in shared memory, STAGES - 1 tiles requested ahead
-    ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
     psm = gl.allocate_shared_memory(gl.float16, [BN, R], SP)
-    K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
-    kpos, krow = _part_copies(4, D, SKP, LKC)
-    for j in gl.static_range(STAGES - 1):
-        pj = start + j * BN + kpos
-        koff = 4 * _word_offsets(_blocks(bt_row, pj, last_page, PAGE), pj, stride_kw, PAGE, SKP)
-        _async_load(ksm.index(j).reshape([4, 16, D]), K8 + koff + krow, mask=pj < end)
-        async_copy.commit_group()
+    if not EARLY:
+        _first_copies(ksm, K8, bt_row, blk0, start, end, last_page, kpos, krow, stride_kw, PAGE, SKP, STAGES, BN, D)
     kblk = _blocks(bt_row, start + (STAGES - 1) * BN + kpos, last_page, PAGE)
 
     # code words [D / 8, tokens] (as [words, page parts, rows]) and scale/zero words per token

@@ -315,9 +315,13 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None) -> int:
+              head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None,
+              early=False) -> int:
     """Stage 1 on kernel "h"; returns the combine's column order for its partials.
-    ``timeline``: int64 [programs, 4], the kernel's diagnostics timeline (``tq_timeline.py``)."""
+    ``timeline``: int64 [programs, 4], the kernel's diagnostics timeline (``tq_timeline.py``);
+    ``early``: launched as a programmatic dependent of the kernel before it, reading the
+    sequence lengths and the block table before that kernel's end (in CUDA graphs, where the
+    caller allows it: ``tq_decode_attention``'s ``overlap_prior``)."""
     from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h, partial_order
 
     hk = kv_cache.shape[2]
@@ -329,7 +333,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
         STAGES=max(2, stages), R=max(8, next_pow2(qpp * group)), QL=query_len, QPP=qpp, RSPLIT=rsplit,
         HAS_QSTART=has_qstart, PDL=pdl, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
-        **({"TL": timeline} if timeline is not None else {}),
+        **({"TL": timeline} if timeline is not None else {}), **({"EARLY": True, "launch_pdl": True} if early else {}),
     )
     return partial_order(head_dim)
 
@@ -379,6 +383,7 @@ def run_attention(
     workspace: tuple[torch.Tensor, torch.Tensor] | None,
     tiles: TileConfig | None,
     dot_bf16: bool | None,
+    overlap_prior: bool = False,
 ) -> torch.Tensor:
     T, Hq, D = query.shape
     num_blocks, page, Hk, slot = kv_cache.shape
@@ -452,7 +457,7 @@ def run_attention(
         asked = tiles.kernel == "h"
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
-                         pdl=COMBINE_PDL)
+                         pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch())
         kern = None
         pdl = COMBINE_PDL
     elif tiles.kernel == "v":

@@ -32,6 +32,7 @@ def tq_decode_attention(
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
     tiles: TileConfig | None = None,
     dot_bf16: bool | None = None,
+    overlap_prior: bool = False,
 ) -> torch.Tensor:
     """Attention of one new token per sequence over its whole cached context.
 
@@ -42,6 +43,11 @@ def tq_decode_attention(
     ``centroids`` and ``PiT`` (the rotation the store applied). ``num_splits`` fixes the
     split count (keep it fixed under CUDA graphs); otherwise it is chosen from
     ``max_context`` (default: the block table's capacity) and the SM count.
+    ``overlap_prior``: the caller guarantees that the kernel launched right before this call
+    writes neither ``seq_lens`` nor ``block_table`` (vLLM fills both before the forward pass;
+    the kernel before its decode stores the new keys and values). Inside a CUDA graph, kernel
+    "h" is then launched as a programmatic dependent of that kernel: it reads the lengths and
+    the block ids while that kernel ends, and the query and the cache only after it.
     Returns ``[B, Hq, D]`` in the query dtype.
     """
     B, Hq, D = query.shape
@@ -66,4 +72,5 @@ def tq_decode_attention(
         workspace=workspace,
         tiles=tiles,
         dot_bf16=dot_bf16,
+        overlap_prior=overlap_prior,
     )

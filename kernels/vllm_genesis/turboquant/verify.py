@@ -154,11 +154,14 @@ def warmup_verify(
             bt = torch.zeros(batch, max_blocks, dtype=torch.int32, device=device)
             common = dict(layout=lay, centroids=centroids, PiT=PiT, num_splits=splits, dot_bf16=dot_bf16)
             # on a GPU the combine's two launch kinds: eager, and as inside CUDA graphs
+            # (the decode also as a programmatic dependent of the kernel before it, whose
+            # lengths must then be written before that kernel: made before the query)
             for pdl in (False, True) if cache.is_cuda else (False,):
                 with programmatic_combine(pdl):
                     if ql == 0:
+                        seq_lens = torch.ones(batch, dtype=torch.int32, device=device)
                         q = torch.zeros(batch, num_heads, head_dim, dtype=dtype, device=device)
-                        tq_decode_attention(q, cache, bt, torch.ones(batch, dtype=torch.int32, device=device), **common)
+                        tq_decode_attention(q, cache, bt, seq_lens, overlap_prior=pdl, **common)
                     else:
                         q = torch.zeros(batch * ql, num_heads, head_dim, dtype=dtype, device=device)
                         k = v = None
