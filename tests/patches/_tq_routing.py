@@ -37,7 +37,7 @@ from vllm.v1.worker import workspace
 torch.accelerator.empty_cache = lambda: None
 workspace.init_workspace_manager(torch.device("cpu"))
 
-calls = {"upstream": [], "genesis_decode": [], "genesis_verify": [], "verify_launches": [],
+calls = {"upstream": [], "genesis_decode": [], "decode_overlap_prior": [], "genesis_verify": [], "verify_launches": [],
          "prefill_path": 0}
 host_reads = []
 guard = {"on": False}
@@ -73,6 +73,7 @@ if hasattr(tqa, "genesis_tq_decode"):
     _gd = tqa.genesis_tq_decode
     def rec_gd(*a, **kw):
         calls["genesis_decode"].append(int(a[0].shape[0]))
+        calls["decode_overlap_prior"].append(kw.get("overlap_prior", False))
         return _gd(*a, **kw)
     tqa.genesis_tq_decode = rec_gd
 if hasattr(tqa, "genesis_tq_verify"):

@@ -13,6 +13,8 @@ def test_fixed_decode_uses_grouped_kernel(switch):
     switch("P40", True)
     res = run("decode")
     assert res["calls"]["genesis_decode"] == [3]
+    # the lengths and block table are vLLM's metadata, written before the forward pass
+    assert res["calls"]["decode_overlap_prior"] == [True]
     assert res["calls"]["upstream"] == []
     assert not res["nan"]
     # decode reads the whole context, the new token included, from the cache
