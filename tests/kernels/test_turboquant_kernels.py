@@ -818,7 +818,7 @@ def test_verify_beyond_64_rows_splits_the_query_tokens():
 # Builds one Gluon kernel of the package for sm_90: argv = module, kernel, its constexprs (a
 # Python expression; ``M`` is the module); prints the counts the tests look at, as JSON.
 _GLUON_SM90_BUILD = """
-import importlib, json, sys
+import importlib, inspect, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
@@ -829,9 +829,9 @@ consts = eval(sys.argv[3], {"M": M})
 names = jit.arg_names
 if "TL" in names and not consts.pop("TL_ON", False):
     consts.setdefault("TL", None)  # kernel "h"'s diagnostics timeline: off unless asked
-for p in jit.params:  # constexprs not given: their defaults
-    if p.is_constexpr and p.name not in consts and p._param.default is not p._param.empty:
-        consts[p.name] = p._param.default
+for n, par in inspect.signature(jit.fn).parameters.items():  # constexprs not given: their defaults
+    if n not in consts and par.default is not par.empty and "constexpr" in str(par.annotation):
+        consts[n] = par.default
 ptrs = {n: t for n, t in {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32",
                           "MidO": "*fp32", "MidL": "*fp32", "TL": "*i64"}.items() if n in names and n not in consts}
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
@@ -1155,11 +1155,9 @@ def test_hopper_decode_in_a_graph_waits_for_the_cache_write(monkeypatch):
     no key or value was read before the copy ended."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
-    from vllm_genesis.turboquant._launch import programmatic_combine
-
-    early = []
     from vllm_genesis.turboquant import _launch
 
+    early = []
     real = _launch._launch_h
     monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: early.append(k.get("early")) or real(*a, **k))
     lay = TQLayout.from_preset("turboquant_k8v4", 256)
@@ -1173,7 +1171,7 @@ def test_hopper_decode_in_a_graph_waits_for_the_cache_write(monkeypatch):
         torch.add(c["kv_cache"].view(torch.int32), 0, out=cache.view(torch.int32))
         tq_decode_attention(c["query"], cache, c["block_table"], c["seq_lens"], layout=lay, out=out, overlap_prior=True)
 
-    with programmatic_combine(True):  # builds the graph's variants outside the capture
+    with _launch.programmatic_combine(True):  # builds the graph's variants outside the capture
         step()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -5,8 +5,9 @@ Kernel "h" built with its diagnostics timeline (``TL``: the GPU's nanosecond tim
 program's start, after its loop and after its partials are stored, and its SM) is launched
 alone, eagerly, after the L2 is emptied (``kernels.py --flush``), several times per row; the
 run with the median span is summarised: quantiles of the three times from the first start,
-the loop's length for programs alone on their SM and for those sharing one, and the last
-programs to end. The timeline build holds more registers than the plain one (167 against
+the loop's length for programs alone on their SM and for those sharing one, for the SMs
+holding two programs the difference of their loop ends and their mean, and the last
+programs to end; the slowest SMs of every run are listed (are the same SMs slow each time?). The timeline build holds more registers than the plain one (167 against
 127 at D = 256), so rows whose programs do not all fit at once can run in other waves.
 
     python tools/bench/tq_timeline.py --row-spec decode,1,32768,24,4,256,1 [--splits 64]
