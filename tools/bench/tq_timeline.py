@@ -38,22 +38,19 @@ def quantiles(values: list[int]) -> list[float]:
 def summary(rows: list[list[int]]) -> dict:
     """Quantiles of a timeline [program: start, loop end, end, SM] (ns)."""
     t0 = min(r[0] for r in rows)
-    per_sm: dict[int, int] = {}
-    for r in rows:
-        per_sm[r[3]] = per_sm.get(r[3], 0) + 1
-    alone = [r[1] - r[0] for r in rows if per_sm[r[3]] == 1]
-    shared = [r[1] - r[0] for r in rows if per_sm[r[3]] > 1]
-    last = sorted(range(len(rows)), key=lambda i: rows[i][2])[-4:]
-    # SMs with two programs: the difference of their loop ends, and each SM's mean loop end
+    # each SM's loop ends (from t0); SMs with two programs: how far apart, and their mean
     # (does an SM run slow, or a program?)
     by_sm: dict[int, list[int]] = {}
     for r in rows:
         by_sm.setdefault(r[3], []).append(r[1] - t0)
+    alone = [r[1] - r[0] for r in rows if len(by_sm[r[3]]) == 1]
+    shared = [r[1] - r[0] for r in rows if len(by_sm[r[3]]) > 1]
+    last = sorted(range(len(rows)), key=lambda i: rows[i][2])[-4:]
     pairs = [v for v in by_sm.values() if len(v) == 2]
     return {
         "span_us": round((max(r[2] for r in rows) - t0) / 1000, 2),
         "programs": len(rows),
-        "sms": len(per_sm),
+        "sms": len(by_sm),
         "start": quantiles([r[0] - t0 for r in rows]),
         "loop_end": quantiles([r[1] - t0 for r in rows]),
         "end": quantiles([r[2] - t0 for r in rows]),
