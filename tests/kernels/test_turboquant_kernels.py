@@ -276,20 +276,25 @@ def test_default_tiles_pick_per_warp_kernel_for_many_pairs():
     assert rel_err(out[keep], _ref(c, lay)[keep]) < DEQ_BOUND
 
 
-def test_hopper_kernel_replaces_planned_verify_kernels_at_d128():
-    """At D = 128 kernel "h" takes verify batches whose K+1 x group rows fit one of its
+def test_hopper_kernel_replaces_planned_verify_kernels():
+    """At D = 128 and 256 kernel "h" takes verify batches whose K+1 x group rows fit one of its
     programs (32) in place of the planned kernels "q", "n" and the per-warp "w" (the
-    plan, and so its split count, stays); not more rows, not D = 256 (kernel "v"'s), and not
-    a plan that names kernel "v", which the plan does on Hopper from 17 rows."""
+    plan, and so its split count, stays); not more rows, not other head sizes, and not a plan
+    that names kernel "v", which the plan does on Hopper from 17 rows: so at both head sizes
+    kernel "h" takes the batches of at most 16 rows."""
     from vllm_genesis.turboquant._launch import _h_verify_default, launch_plan
 
-    planned = {(16, 4, 2): "w", (1, 8, 4): "n", (2, 2, 5): "v", (2, 2, 8): "v"}  # (batch, KV heads, K+1), group 4
-    for (batch, hk, ql), kernel in planned.items():
-        tiles, _ = launch_plan(batch, hk, 128, 4, ql, True, 32768, True, 132, fp8_mma=True)
-        assert tiles.kernel == kernel and _h_verify_default(tiles, 128, 4, ql) == (kernel != "v")
+    # (head size, batch, KV heads, group, K+1): planned kernel
+    planned = {(128, 16, 4, 4, 2): "w", (128, 1, 8, 4, 4): "n", (128, 2, 2, 4, 5): "v", (128, 2, 2, 4, 8): "v",
+               (256, 1, 4, 6, 2): "n", (256, 8, 8, 4, 4): "n", (256, 32, 4, 6, 2): "n", (256, 1, 4, 6, 3): "v",
+               (256, 1, 4, 6, 6): "v"}
+    for (d, batch, hk, group, ql), kernel in planned.items():
+        tiles, _ = launch_plan(batch, hk, d, group, ql, True, 32768, True, 132, fp8_mma=True)
+        assert tiles.kernel == kernel
+        assert _h_verify_default(tiles, d, group, ql) == (kernel != "v") == (ql * group <= 16)
     assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8)  # a plan of kernel "q", 32 rows
     assert not _h_verify_default(TileConfig(64, 4, 2, "q"), 128, 6, 6)  # 36 rows
-    assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 256, 4, 2)
+    assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 64, 4, 2)
     assert not _h_verify_default(TileConfig(64, 4, 2, "v"), 128, 4, 2)
 
 
@@ -845,7 +850,12 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
                     "timer": ptx.count("%globaltimer"), "wait_prior": ptx.count("griddepcontrol.wait"),
                     "wait_before_copies": ptx.find("griddepcontrol.wait") < ptx.find("cp.async.ca.shared.global"),
-                    "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol")}))
+                    "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol"),
+                    # kernel "v": the loop's last fp8 (scores) product, shared-memory store (V^T)
+                    # and the first wait after those products; waits that leave one group running
+                    "scores_at": ptx.rfind("e4m3.e4m3"), "store_at": ptx.rfind("st.shared"),
+                    "scores_wait_at": ptx.find("wgmma.wait_group", ptx.rfind("e4m3.e4m3")),
+                    "waits_leaving_one": ptx.count("wgmma.wait_group.sync.aligned 1;")}))
 """
 
 
@@ -958,6 +968,22 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
     assert got["cp_async"] == (bn * d // 512 + bn * d // 1024 + 1) * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 2
     assert got["launch_dependents"] == pdl
+    # the default products (pipe 0) are waited for at once: V^T is stored before the scores'
+    assert got["scores_at"] > got["store_at"] and got["waits_leaving_one"] == 0
+
+
+@pytest.mark.parametrize("pipe,d", [(1, 256), (2, 256), (3, 256), (4, 128), (4, 256), (2, 128)])
+def test_hopper_verify_overlaps_its_products(pipe, d):
+    """Kernel "v" with ``pipe`` (TileConfig): the scores' warp-group products are issued before
+    the tile's V^T is built and stored, and waited for only after that store; with ``pipe`` 3
+    or 4 P V is left running into the next tile (a wait that leaves one group in flight). The
+    same products and copies as the plain build."""
+    slot = d + d // 2 + 4
+    consts = dict(HK=4, G=6, D=d, PAGE=16, STAGES=2, SKP=4 * slot, SKH=slot, QL=6, BN=64, PDL=True, PIPE=pipe)
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
+    assert got["wgmma"] == d // 16 + 4 and got["cp_async"] == (d // 8 + d // 16 + 1) * 2
+    assert got["scores_at"] < got["store_at"] < got["scores_wait_at"]
+    assert got["waits_leaving_one"] == (pipe >= 3)
 
 
 _COMBINE_BUILD = """
@@ -1207,24 +1233,28 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("seqs,qls,hq,hk", [([32771], [4], 32, 8), ([2051, 7, 300], [8, 1, 3], 32, 8),
-                                            ([999, 4100], [5, 2], 24, 4),
-                                            ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8),
-                                            ([32771], [8], 64, 8), ([2051, 7, 300], [6, 1, 3], 24, 4),
-                                            ([999, 4100, 17], [5, 2, 5], 64, 8)],
+@pytest.mark.parametrize("seqs,qls,hq,hk,d", [([32771], [4], 32, 8, 128), ([2051, 7, 300], [8, 1, 3], 32, 8, 128),
+                                              ([999, 4100], [5, 2], 24, 4, 128),
+                                              ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8, 128),
+                                              ([32771], [8], 64, 8, 128), ([2051, 7, 300], [6, 1, 3], 24, 4, 128),
+                                              ([999, 4100, 17], [5, 2, 5], 64, 8, 128),
+                                              ([32771], [2], 24, 4, 256), ([999, 4100, 17], [4, 2, 3], 32, 8, 256),
+                                              ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8, 256),
+                                              ([2051, 7, 300], [3, 1, 2], 24, 4, 256)],
                          ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4", "32K-k8-gqa8-v",
-                              "B3-k6-gqa6-v", "B3-k5-gqa8-v"])
-def test_hopper_verify_d128_default_on_gpu(seqs, qls, hq, hk, monkeypatch):
-    """At D = 128 kernel "h" is the default verify for up to 16 K+1 x group rows, also for
-    batches the plan gives the per-warp kernel (32 sequences x 8 KV heads, 8 rows), and
-    kernel "v" for 17 to 64 rows: against float64 with the tail from the raw K/V; the test
-    asserts which kernel launched."""
+                              "B3-k6-gqa6-v", "B3-k5-gqa8-v", "d256-32K-k2-gqa6", "d256-B3-k4-gqa4",
+                              "d256-B32-k2-gqa4", "d256-B3-k3-gqa6-v"])
+def test_hopper_verify_default_on_gpu(seqs, qls, hq, hk, d, monkeypatch):
+    """At D = 128 and 256 kernel "h" is the default verify for up to 16 K+1 x group rows, also
+    for batches the plan gives the per-warp kernel (D = 128, 32 sequences x 8 KV heads, 8
+    rows), and kernel "v" for 17 to 64 rows: against float64 with the tail from the raw K/V;
+    the test asserts which kernel launched."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernels h and v need a Hopper GPU")
     kernel = "v" if max(qls) * (hq // hk) > 16 else "h"
     calls = _count_calls(monkeypatch, f"_launch_{kernel}")
-    lay = TQLayout.from_preset("turboquant_k8v4", 128)
-    c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=128, block_size=16,
+    lay = TQLayout.from_preset("turboquant_k8v4", d)
+    c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,
                     layout=lay, device="cuda")
     out = _run_verify(c, lay)
     assert calls, f"kernel {kernel} was not launched"

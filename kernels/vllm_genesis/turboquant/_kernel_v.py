@@ -24,7 +24,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
 from ._kernel_h import _async_load, _blocks, _launch_dependents, _part_copies, _q_split, _split_range, _word_offsets
@@ -86,6 +86,7 @@ def _tq_verify_kernel_v(
     QL: gl.constexpr,  # query tokens per sequence at most (K + 1)
     BN: gl.constexpr = 64,  # tokens a tile (64 or 32)
     PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
+    PIPE: gl.constexpr = 0,  # TileConfig.pipe
 ):
     NP: gl.constexpr = BN // 16  # page parts a tile
     M: gl.constexpr = 64
@@ -165,6 +166,12 @@ def _tq_verify_kernel_v(
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
         _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
+        kcur = ksm.index(cur)
+        if PIPE == 3:  # the previous tile's P V (it reads V^T) is done
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        if PIPE == 1 or PIPE == 3:  # the scores' products run while the refill is requested and V^T built
+            s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS), is_async=True)
+            s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s, is_async=True)
         # refill the stage the previous tile used
         nxt = (it + STAGES - 1) % STAGES
         pa = n0 + (STAGES - 1) * BN
@@ -179,13 +186,20 @@ def _tq_verify_kernel_v(
         cblk = _blocks(bt_row, pa + BN + cpos, last_page, PAGE)
         zblk = _blocks(bt_row, pa + BN + zpos, last_page, PAGE)
 
+        if PIPE == 2 or PIPE == 4:  # the scores' products run while V^T is built
+            if PIPE == 4:  # the previous tile's P V ran while the refill was requested
+                acc = warpgroup_mma_wait(0, deps=[acc])
+            s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS), is_async=True)
+            s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s, is_async=True)
         # V^T of this tile: code j of word i (head column 8 i + j) -> row W j + i, fp16
         cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
         vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, BN]))
 
-        kcur = ksm.index(cur)
-        s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS))
-        s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s)
+        if PIPE > 0:
+            s = warpgroup_mma_wait(0, deps=[s])
+        else:
+            s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS))
+            s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s)
         s = s * gl.expand_dims(rsc, 1)
         valid = n0 + st < end
         s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
@@ -203,8 +217,14 @@ def _tq_verify_kernel_v(
         fence_async_shared()
         _cta_barrier()  # V^T is stored
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
-        acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
+        if PIPE > 2:  # runs into the next tile
+            acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=[acc])
+        else:
+            acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
     async_copy.wait_group(0)
+    if PIPE > 2:
+        acc = warpgroup_mma_wait(0, deps=[acc])
     if PDL:
         _launch_dependents()
 

@@ -95,6 +95,11 @@ class TileConfig:
     # kernel "q": query rows on the MMA's M side (S = Q K^T, softmax along rows, O = P V;
     # keys as one [block_n, D] tile the MMA reads from shared memory); else tokens on M
     rows_m: bool = False
+    # kernel "v": 0 every warp-group product waited for at once; 1 the scores' products run
+    # while the next tile's copies are requested and this tile's V^T is built; 2 only while
+    # V^T is built (issued after the requests); 3 as 1, and P V runs on into the next tile's
+    # start; 4 as 2, and P V runs on while the next tile's copies are requested
+    pipe: int = 0
 
 
 def default_tiles(
@@ -136,7 +141,7 @@ def default_tiles(
         if fp8_mma and words_ok and head_dim in (128, 256) and m_pad <= 64:
             # kernel "v" (Hopper warp-group products; the launcher runs kernel "q" where it
             # cannot); at D = 128 from 17 rows (kernel "h" takes up to 16)
-            return TileConfig(64, 4, 2, "v")
+            return TileConfig(64, 4, 2, "v", pipe=1 if head_dim == 256 else 4)
         if fp8_mma and words_ok and head_dim >= 64:
             return verify_q_tiles(m_pad)
         return TileConfig(32, 4, 5)
@@ -303,15 +308,16 @@ def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache)
 
 
 def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: int) -> bool:
-    """Verify batches kernel "h" runs by default: D = 128 with all K + 1 x group rows in one
-    program, in place of the planned kernel "q", "n" or "w", with the plan's split count
-    (H200: 25-38% less time than kernel "q", 2-13% less than the per-warp kernel "w" at its
-    quarter split count). The plan names kernel "v" from 17 rows at D = 128 (less time than
-    kernel "h" on 12 of 15 batches of 17-32 rows) and for every verify batch up to 64 rows at
-    D = 256, so on Hopper this takes the batches of at most 16 rows."""
+    """Verify batches kernel "h" runs by default: D = 128 or 256 with all K + 1 x group rows in
+    one program, in place of the planned kernel "q", "n" or "w", with the plan's split count
+    (H200, D = 128: 25-38% less time than kernel "q", 2-13% less than the per-warp kernel "w"
+    at its quarter split count; D = 256, 8-16 rows: 19-46% less than kernel "n", 12-40% less
+    than kernel "v"). The plan names kernel "v" from 17 rows (at D = 128 less time than kernel
+    "h" on 12 of 15 batches of 17-32 rows), so on Hopper this takes the batches of at most 16
+    rows."""
     from ._kernel_h import MAX_ROWS
 
-    return head_dim == 128 and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n", "w")
+    return head_dim in (128, 256) and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n", "w")
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
@@ -339,7 +345,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
 
 
 def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False) -> int:
+              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False, pipe=0) -> int:
     """Stage 1 on kernel "v"; returns the combine's column order for its partials."""
     from ._kernel_v import NUM_WARPS, PARTIAL_ORDER_V, _tq_verify_kernel_v
 
@@ -348,7 +354,7 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
-        STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, num_warps=NUM_WARPS,
+        STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, PIPE=pipe, num_warps=NUM_WARPS,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     return PARTIAL_ORDER_V
@@ -452,8 +458,8 @@ def run_attention(
     elif (((planned and ((QL == 1 and not has_qstart) or (has_qstart and _h_verify_default(tiles, D, G, QL))))
            or tiles.kernel == "h") and (raw_tail == has_qstart)
           and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
-        # the default decode on Hopper where kernel "h" covers it, and verify at D = 128 with
-        # the rows in one program (the plan's split count); other verify batches on request
+        # the default decode on Hopper where kernel "h" covers it, and verify with at most 16
+        # rows (the plan's split count); other verify batches on request
         asked = tiles.kernel == "h"
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
@@ -462,7 +468,7 @@ def run_attention(
         pdl = COMBINE_PDL
     elif tiles.kernel == "v":
         perm = _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
-                         QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL)
+                         QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL, pipe=tiles.pipe)
         kern = None
         pdl = COMBINE_PDL
     elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
