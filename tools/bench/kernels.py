@@ -376,7 +376,7 @@ def tile_key(t) -> str:
             + (f"W{t.words}" if t.words else "") + ("" if t.sz_word else "-sz16")
             + ("" if t.fused_sums else "-unfused") + (f"-vs{t.vsplit}" if t.vsplit > 1 else "")
             + (f"-rs{t.rsplit}" if t.rsplit > 1 else "") + (f"-lazy{t.lazy:g}" if t.lazy is not None else "")
-            + ("-rowsM" if t.rows_m else ""))
+            + ("-rowsM" if t.rows_m else "") + (f"-pipe{t.pipe}" if t.pipe else ""))
 
 
 def tune_variants(kind, B, D, rows, S):
@@ -389,8 +389,10 @@ def tune_variants(kind, B, D, rows, S):
 
     if rows > 16:  # verify
         old, s_old = verify_q_tiles(64), S
-        out = [(T(64, 4, 2, "v"), max(1, S // 2)), (T(32, 4, 2, "v"), S), (T(64, 4, 3, "v"), S),
-               (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2), (T(32, 4, 5), S)]
+        pipe = 1 if D == 256 else 4  # kernel "v"'s default overlap of its products
+        out = [(T(64, 4, 2, "v"), S), (T(64, 4, 2, "v", pipe=pipe), max(1, S // 2)), (T(32, 4, 2, "v", pipe=pipe), S),
+               (T(64, 4, 3, "v", pipe=pipe), S), (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2),
+               (T(32, 4, 5), S)]
     elif D >= 256:
         old, s_old = T(64, 4, 1, "n", True, words=4), S
         out = [(T(64, 4, 5, "q"), S), (T(64, 4, 5, "q", 2), S), (T(64, 4, 3, "q", 2), S)]
