@@ -282,7 +282,7 @@ def test_hopper_kernel_replaces_planned_verify_kernels():
     plan, and so its split count, stays); not more rows, not other head sizes, and not a plan
     that names kernel "v", which the plan does on Hopper from 17 rows: so at both head sizes
     kernel "h" takes the batches of at most 16 rows."""
-    from vllm_genesis.turboquant._launch import _h_verify_default, launch_plan
+    from vllm_genesis.turboquant._launch import _h_verify_default, launch_plan, verify_v_tiles
 
     # (head size, batch, KV heads, group, K+1): planned kernel
     planned = {(128, 16, 4, 4, 2): "w", (128, 1, 8, 4, 4): "n", (128, 2, 2, 4, 5): "v", (128, 2, 2, 4, 8): "v",
@@ -292,6 +292,8 @@ def test_hopper_kernel_replaces_planned_verify_kernels():
         tiles, _ = launch_plan(batch, hk, d, group, ql, True, 32768, True, 132, fp8_mma=True)
         assert tiles.kernel == kernel
         assert _h_verify_default(tiles, d, group, ql) == (kernel != "v") == (ql * group <= 16)
+        if kernel == "v":  # its products overlapped as measured per head size
+            assert tiles == verify_v_tiles(d) and tiles.pipe == {128: 4, 256: 1}[d]
     assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8)  # a plan of kernel "q", 32 rows
     assert not _h_verify_default(TileConfig(64, 4, 2, "q"), 128, 6, 6)  # 36 rows
     assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 64, 4, 2)
@@ -970,6 +972,14 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
     assert got["launch_dependents"] == pdl
     # the default products (pipe 0) are waited for at once: V^T is stored before the scores'
     assert got["scores_at"] > got["store_at"] and got["waits_leaving_one"] == 0
+
+
+def test_kernel_v_rejects_an_unknown_pipe():
+    """``TileConfig.pipe`` outside 0-4 is refused before anything is built or launched."""
+    from vllm_genesis.turboquant._launch import _launch_v
+
+    with pytest.raises(ValueError, match="pipe 5 is not one of 0-4"):
+        _launch_v(*[None] * 14, pipe=5)
 
 
 @pytest.mark.parametrize("pipe,d", [(1, 256), (2, 256), (3, 256), (4, 128), (4, 256), (2, 128)])

@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -385,14 +386,13 @@ def tune_variants(kind, B, D, rows, S):
     ``S`` is ``pick_num_splits``'s count.
     """
     from vllm_genesis.turboquant._launch import TileConfig as T
-    from vllm_genesis.turboquant._launch import verify_q_tiles
+    from vllm_genesis.turboquant._launch import verify_q_tiles, verify_v_tiles
 
     if rows > 16:  # verify
         old, s_old = verify_q_tiles(64), S
-        pipe = 1 if D == 256 else 4  # kernel "v"'s default overlap of its products
-        out = [(T(64, 4, 2, "v"), S), (T(64, 4, 2, "v", pipe=pipe), max(1, S // 2)), (T(32, 4, 2, "v", pipe=pipe), S),
-               (T(64, 4, 3, "v", pipe=pipe), S), (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2),
-               (T(32, 4, 5), S)]
+        v = verify_v_tiles(D)
+        out = [(replace(v, pipe=0), S), (v, max(1, S // 2)), (replace(v, block_n=32), S), (replace(v, num_stages=3), S),
+               (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2), (T(32, 4, 5), S)]
     elif D >= 256:
         old, s_old = T(64, 4, 1, "n", True, words=4), S
         out = [(T(64, 4, 5, "q"), S), (T(64, 4, 5, "q", 2), S), (T(64, 4, 3, "q", 2), S)]

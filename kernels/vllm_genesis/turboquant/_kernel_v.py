@@ -61,6 +61,14 @@ def _codes_read_layout(bn, words):
     return gl.DistributedLinearLayout(regs, lanes, [[1, 0, 0], [2, 0, 0]], [], [bn // 8, 8, words])
 
 
+@gluon.jit
+def _scores(ql_s, qh_s, k, LS: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, ASYNC: gl.constexpr):
+    """S = Q K^T over one key tile from the query's two fp8 parts (with ``ASYNC`` issued and
+    left running: a warp-group wait returns it)."""
+    s = warpgroup_mma(ql_s, k.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS), is_async=ASYNC)
+    return warpgroup_mma(qh_s, k.permute((1, 0)), s, is_async=ASYNC)
+
+
 @gluon.jit(do_not_specialize=["num_splits"])
 def _tq_verify_kernel_v(
     QR,  # [T, Hq, D] query
@@ -170,8 +178,7 @@ def _tq_verify_kernel_v(
         if PIPE == 3:  # the previous tile's P V (it reads V^T) is done
             acc = warpgroup_mma_wait(0, deps=[acc])
         if PIPE == 1 or PIPE == 3:  # the scores' products run while the refill is requested and V^T built
-            s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS), is_async=True)
-            s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s, is_async=True)
+            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True)
         # refill the stage the previous tile used
         nxt = (it + STAGES - 1) % STAGES
         pa = n0 + (STAGES - 1) * BN
@@ -189,8 +196,7 @@ def _tq_verify_kernel_v(
         if PIPE == 2 or PIPE == 4:  # the scores' products run while V^T is built
             if PIPE == 4:  # the previous tile's P V ran while the refill was requested
                 acc = warpgroup_mma_wait(0, deps=[acc])
-            s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS), is_async=True)
-            s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s, is_async=True)
+            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True)
         # V^T of this tile: code j of word i (head column 8 i + j) -> row W j + i, fp16
         cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
         vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, BN]))
@@ -198,8 +204,7 @@ def _tq_verify_kernel_v(
         if PIPE > 0:
             s = warpgroup_mma_wait(0, deps=[s])
         else:
-            s = warpgroup_mma(ql_s, kcur.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS))
-            s = warpgroup_mma(qh_s, kcur.permute((1, 0)), s)
+            s = _scores(ql_s, qh_s, kcur, LS, M, BN, False)
         s = s * gl.expand_dims(rsc, 1)
         valid = n0 + st < end
         s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
