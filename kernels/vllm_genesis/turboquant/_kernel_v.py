@@ -12,7 +12,12 @@ tokens x the group's heads of a request (up to 64 rows) on the products' M side:
   stored as V^T [D, tokens] (the B operand, tokens contiguous), column 8 i + j of the head
   (code j of word i) at row W j + i (W = D / 8 words a token) so that a warp's stores spread
   over all banks; the partials keep that column order (a thread stores pairs of columns)
-  and the combine writes each column to its place in the output.
+  and the combine writes each column to its place in the output;
+* ``PIPE`` (``TileConfig.pipe``) orders a tile so that the tensor cores and the other
+  instructions run at once: the scores' products are issued before this tile's V^T is built
+  and waited for after it (1 to 4; 1 and 3 issue them before the next tile's copies are
+  requested too), and P V is left running into the next tile (3, 4); 0 waits for every
+  product as it is issued.
 
 fp8 e4m3 keys + 4-bit values, D = 128 or 256, K + 1 x group <= 64, pages of a power of two
 of at least 16 tokens, NVIDIA Hopper. The cache is read up to the K + 1 tail, which the combine
