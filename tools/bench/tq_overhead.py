@@ -28,13 +28,18 @@ import torch  # noqa: E402
 
 
 class _Skip:
-    """Stands in for a Triton kernel whose launch is left out of a replay."""
+    """Stands in for a Triton kernel whose launch is left out of a replay; as a Gluon kernel's
+    launch helper it returns the column order that kernel leaves its partials in, so the
+    combine timed alone is built as it runs after that kernel."""
+
+    def __init__(self, partial_order=None):
+        self.partial_order = partial_order
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
 
     def __call__(self, *args, **kwargs):  # the Gluon kernels' launch helpers
-        return None
+        return self.partial_order
 
 
 def main() -> int:
@@ -51,6 +56,8 @@ def main() -> int:
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
     from vllm_genesis.turboquant import _launch
+    from vllm_genesis.turboquant._kernel_h import partial_order
+    from vllm_genesis.turboquant._kernel_v import PARTIAL_ORDER_V
 
     tiles = eval(a.tiles, {"T": _launch.TileConfig, "TileConfig": _launch.TileConfig}) if a.tiles else None
 
@@ -81,12 +88,14 @@ def main() -> int:
         def sdpa():
             return torch.nn.functional.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, enable_gqa=True)
 
+        orders = {"_launch_h": partial_order(D), "_launch_v": PARTIAL_ORDER_V}
+
         def without(names, fn):
             saved = {n: getattr(_launch, n) for n in names}
 
             def run():
                 for n in names:
-                    setattr(_launch, n, _Skip())
+                    setattr(_launch, n, _Skip(orders.get(n)))
                 try:
                     fn()
                 finally:
