@@ -229,7 +229,7 @@ def _tq_verify_kernel_v(
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
         if PIPE > 2:  # runs into the next tile
             acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=[acc])
+            acc = warpgroup_mma_wait(1, deps=[acc])  # waits for nothing: the accumulator the loop carries
         else:
             acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
     async_copy.wait_group(0)
