@@ -975,11 +975,11 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
 
 
 def test_kernel_v_rejects_an_unknown_pipe():
-    """``TileConfig.pipe`` outside 0-4 is refused before anything is built or launched."""
-    from vllm_genesis.turboquant._launch import _launch_v
-
+    """``TileConfig.pipe`` outside 0-4 is refused when the tiles are made, before anything is
+    built or launched."""
     with pytest.raises(ValueError, match="pipe 5 is not one of 0-4"):
-        _launch_v(*[None] * 14, pipe=5)
+        TileConfig(64, 4, 2, "v", pipe=5)
+    assert TileConfig(64, 4, 2, "v", pipe=4).pipe == 4
 
 
 @pytest.mark.parametrize("pipe,d", [(1, 256), (2, 256), (3, 256), (4, 128), (4, 256), (2, 128)])

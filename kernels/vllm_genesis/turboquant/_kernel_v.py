@@ -103,6 +103,11 @@ def _tq_verify_kernel_v(
 ):
     NP: gl.constexpr = BN // 16  # page parts a tile
     M: gl.constexpr = 64
+    # TileConfig.pipe: the scores' products issued before the refill is requested (1, 3) or
+    # after it (2, 4), and P V left running into the next tile (3, 4)
+    S_FIRST: gl.constexpr = PIPE == 1 or PIPE == 3
+    S_LATER: gl.constexpr = PIPE == 2 or PIPE == 4
+    PV_ON: gl.constexpr = PIPE > 2
     ROWS: gl.constexpr = QL * G
     W: gl.constexpr = D // 8  # code words a token
     LS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
@@ -180,9 +185,9 @@ def _tq_verify_kernel_v(
         fence_async_shared()
         _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
         kcur = ksm.index(cur)
-        if PIPE == 3:  # the previous tile's P V (it reads V^T) is done
-            acc = warpgroup_mma_wait(0, deps=[acc])
-        if PIPE == 1 or PIPE == 3:  # the scores' products run while the refill is requested and V^T built
+        if S_FIRST:  # the scores' products run while the refill is requested and V^T built
+            if PV_ON:  # the previous tile's P V (it reads V^T) is done
+                acc = warpgroup_mma_wait(0, deps=[acc])
             s = _scores(ql_s, qh_s, kcur, LS, M, BN, True)
         # refill the stage the previous tile used
         nxt = (it + STAGES - 1) % STAGES
@@ -198,8 +203,8 @@ def _tq_verify_kernel_v(
         cblk = _blocks(bt_row, pa + BN + cpos, last_page, PAGE)
         zblk = _blocks(bt_row, pa + BN + zpos, last_page, PAGE)
 
-        if PIPE == 2 or PIPE == 4:  # the scores' products run while V^T is built
-            if PIPE == 4:  # the previous tile's P V ran while the refill was requested
+        if S_LATER:  # the scores' products run while V^T is built
+            if PV_ON:  # the previous tile's P V ran while the refill was requested
                 acc = warpgroup_mma_wait(0, deps=[acc])
             s = _scores(ql_s, qh_s, kcur, LS, M, BN, True)
         # V^T of this tile: code j of word i (head column 8 i + j) -> row W j + i, fp16
@@ -227,13 +232,13 @@ def _tq_verify_kernel_v(
         fence_async_shared()
         _cta_barrier()  # V^T is stored
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
-        if PIPE > 2:  # runs into the next tile
+        if PV_ON:  # runs into the next tile
             acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=[acc])  # waits for nothing: the accumulator the loop carries
         else:
             acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
     async_copy.wait_group(0)
-    if PIPE > 2:
+    if PV_ON:
         acc = warpgroup_mma_wait(0, deps=[acc])
     if PDL:
         _launch_dependents()

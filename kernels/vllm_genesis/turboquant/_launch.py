@@ -101,6 +101,10 @@ class TileConfig:
     # start; 4 as 2, and P V runs on while the next tile's copies are requested
     pipe: int = 0
 
+    def __post_init__(self):
+        if self.pipe not in range(5):
+            raise ValueError(f"kernel v: pipe {self.pipe} is not one of 0-4 (TileConfig.pipe)")
+
 
 def default_tiles(
     head_dim: int,
@@ -355,9 +359,6 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
               head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False, pipe=0) -> int:
     """Stage 1 on kernel "v"; returns the combine's column order for its partials."""
     from ._kernel_v import NUM_WARPS, PARTIAL_ORDER_V, _tq_verify_kernel_v
-
-    if pipe not in range(5):
-        raise ValueError(f"kernel v: pipe {pipe} is not one of 0-4 (TileConfig.pipe)")
 
     hk = kv_cache.shape[2]
     _tq_verify_kernel_v[(num_splits, hk, batch)](
