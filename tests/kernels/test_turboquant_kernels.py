@@ -1089,6 +1089,38 @@ def test_combine_puts_partial_columns_back_in_head_order(order, num_splits):
     assert rel_err(got, want.reshape(hk, g, d)) < 1e-2
 
 
+def test_verify_combines_in_one_warp_decode_in_four(monkeypatch):
+    """The combine's launch (``combine_shape``): a verify call merges its splits with one warp
+    a program, a decode call with four; either way a program holds at most 4096 partial
+    values of a step, and the output is the float64 reference's."""
+    from vllm_genesis.turboquant import _launch
+
+    launched = []
+    kernel = _launch._tq_combine_kernel
+
+    class Logged:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                launched.append((kwargs["num_warps"], kwargs["S_CHUNK"] * kwargs["DC"]))
+                return kernel[grid](*args, **kwargs)
+            return run
+
+    monkeypatch.setattr(_launch, "_tq_combine_kernel", Logged())
+    lay = TQLayout.from_preset("turboquant_k8v4", 64)
+    c = random_case(seq_lens=[41, 70], query_lens=[3, 3], num_heads=6, num_kv_heads=2, head_dim=64,
+                    block_size=16, layout=lay, device=DEV)
+    got = tq_verify_attention(c["query"], c["key"], c["value"], c["kv_cache"], c["block_table"], c["seq_lens"],
+                              c["query_start_loc"], 3, layout=lay, num_splits=3)
+    assert rel_err(got.float().cpu(), _ref(c, lay, verify=True).float().cpu()) < DEQ_BOUND
+    d = random_case(seq_lens=[41, 70], query_lens=[1, 1], num_heads=6, num_kv_heads=2, head_dim=64,
+                    block_size=16, layout=lay, device=DEV)
+    tq_decode_attention(d["query"], d["kv_cache"], d["block_table"], d["seq_lens"], layout=lay, num_splits=3)
+    assert [w for w, _ in launched] == [1, 4]
+    assert all(n <= 4096 for _, n in launched)
+    assert _launch.combine_shape(128, 256, True) == (128, 32, 1)
+    assert _launch.combine_shape(3, 128, False) == (4, 128, 4)
+
+
 def test_combine_is_a_dependent_launch_only_inside_graphs_or_when_asked():
     """Eager calls launch the combine plainly (a programmatic dependent launch costs host
     time); inside a CUDA-graph capture, or inside ``programmatic_combine(True)`` (the warm-up),

@@ -228,6 +228,18 @@ def combine_chunk(num_splits: int) -> int:
     return min(128, max(2, next_pow2(num_splits)))
 
 
+def combine_shape(num_splits: int, head_dim: int, verify: bool) -> tuple[int, int, int]:
+    """The combine's launch: (splits merged a step, output columns a program, warps).
+
+    A program holds at most 4096 partial values of a step. Verify combines run one warp a
+    program: its reductions over the splits and over the raw tail's columns then stay inside
+    the warp (H200, in a graph with the read flush: 1 x 32K K+1=6 at D = 256 and 8 x 8K K+1=4
+    at D = 128 4-9% less time in all than with four warps; the decode rows level either way,
+    so they keep four; docs/KERNELS.md "The combine in one warp")."""
+    s_chunk = combine_chunk(num_splits)
+    return s_chunk, max(16, min(head_dim, 4096 // s_chunk)), 1 if verify else 4
+
+
 def cache_words_ok(layout: TQLayout, kv_cache: torch.Tensor) -> bool:
     """fp8 keys + 4-bit values whose slots can be read as aligned int32 words."""
     align = pow2_alignment(kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.storage_offset())
@@ -565,8 +577,7 @@ def run_attention(
         )
     kr = key if raw_tail else query
     vr = value if raw_tail else query
-    s_chunk = combine_chunk(S)
-    dc = max(16, min(D, 4096 // s_chunk))
+    s_chunk, dc, combine_warps = combine_shape(S, D, has_qstart)
     _tq_combine_kernel[(ROWS * (D // dc), Hk, batch)](
         mid_o,
         mid_l,
@@ -596,7 +607,7 @@ def run_attention(
         QL_PAD=max(2, next_pow2(QL)),
         RAW_TAIL=raw_tail,
         HAS_QSTART=has_qstart,
-        num_warps=4,
+        num_warps=combine_warps,
         num_stages=2,
         **({"PDL": True, "launch_pdl": _pdl_launch()} if pdl else {}),
         **({"PERM": perm} if perm else {}),
