@@ -291,13 +291,83 @@ def test_hopper_kernel_replaces_planned_verify_kernels():
     for (d, batch, hk, group, ql), kernel in planned.items():
         tiles, _ = launch_plan(batch, hk, d, group, ql, True, 32768, True, 132, fp8_mma=True)
         assert tiles.kernel == kernel
-        assert _h_verify_default(tiles, d, group, ql) == (kernel != "v") == (ql * group <= 16)
+        assert _h_verify_default(tiles, d, group, ql, 2) == (kernel != "v") == (ql * group <= 16)
         if kernel == "v":  # its products overlapped as measured per head size
             assert tiles == verify_v_tiles(d) and tiles.pipe == {128: 4, 256: 1}[d]
-    assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8)  # a plan of kernel "q", 32 rows
-    assert not _h_verify_default(TileConfig(64, 4, 2, "q"), 128, 6, 6)  # 36 rows
-    assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 64, 4, 2)
-    assert not _h_verify_default(TileConfig(64, 4, 2, "v"), 128, 4, 2)
+            # a single request of at most 32 rows at D = 256 takes kernel "h" in its place
+            assert _h_verify_default(tiles, d, group, ql, 1) == (d == 256 and ql * group <= 32)
+    assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8, 2)  # a plan of kernel "q", 32 rows
+    assert not _h_verify_default(TileConfig(64, 4, 2, "q"), 128, 6, 6, 1)  # 36 rows
+    assert not _h_verify_default(TileConfig(64, 4, 2, "w"), 64, 4, 2, 1)
+    assert not _h_verify_default(TileConfig(64, 4, 2, "v"), 128, 4, 2, 1)
+
+
+_HOPPER = dict(page=16, words_ok=True, ptx_ok=True, hopper=True, e4m3=True, small=True)
+
+
+@pytest.mark.parametrize("d,batch,group,ql,raw_tail,want", [
+    (256, 1, 6, 1, False, "h"),  # decode
+    (256, 1, 6, 2, True, "h"),  # 12 rows: the plan's kernel "n" -> "h"
+    (256, 1, 6, 4, True, "h"),  # 24 rows, one request: the plan's kernel "v" -> "h"
+    (256, 2, 6, 4, True, "v"),  # 24 rows, two requests: kernel "v"
+    (256, 1, 6, 6, True, "v"),  # 36 rows: more than kernel "h"'s 32
+    (128, 1, 4, 6, True, "v"),  # D = 128, 24 rows: kernel "v" also for one request
+    (128, 8, 4, 4, True, "h"),  # D = 128, 16 rows
+    (256, 1, 6, 4, False, "q"),  # the tail from the cache: neither "v" nor "h" run it
+])
+def test_stage1_kernel_on_hopper(d, batch, group, ql, raw_tail, want):
+    """The launcher's choice of stage-1 kernel for a Hopper cache, without a GPU: the plan's
+    kernel, kernel "h" in place of it for decode and the verify batches it takes by default
+    (at most 16 rows; 17-32 rows of a single request at D = 256), kernel "q" where kernel "v"
+    cannot run; a caller's tiles are taken as given, and without a Hopper GPU neither "h" nor
+    "v" is chosen."""
+    from vllm_genesis.turboquant._launch import CacheFacts, launch_plan, stage1_kernel
+
+    lay = TQLayout.from_preset("turboquant_k8v4", d)
+    tiles, _ = launch_plan(batch, 4, d, group, ql, True, 32768, True, 132, fp8_mma=True)
+    call = dict(batch=batch, head_dim=d, group=group, query_len=ql, has_qstart=ql > 1 or raw_tail, raw_tail=raw_tail)
+    kernel, used = stage1_kernel(tiles, True, lay, CacheFacts(**_HOPPER), **call)
+    assert kernel == want
+    assert used == tiles or (want == "q" and used.kernel == "q")
+    asked = TileConfig(64, 4, 2, "q", rows_m=True)
+    assert stage1_kernel(asked, False, lay, CacheFacts(**_HOPPER), **call) == ("q", asked)
+    elsewhere = CacheFacts(**{**_HOPPER, "hopper": False, "ptx_ok": False})
+    assert stage1_kernel(tiles, True, lay, elsewhere, **call)[0] not in ("h", "v")
+
+
+def test_warmup_builds_the_kernel_each_batch_size_launches(monkeypatch):
+    """PN522 on Hopper, where the kernel depends on the batch size and not only on the plan
+    (24 verify rows at D = 256: kernel "h" for one request, kernel "v" for more): the warm-up
+    launches both, and real calls of one and of two requests launch nothing it did not.
+    Kernels "h" and "v" are stood in for by recorders (they need a Hopper GPU)."""
+    from vllm_genesis.turboquant import _launch
+
+    launched = []
+
+    def recorder(name):
+        def launch(*args, **kwargs):
+            launched.append((name, args[8]))  # the kernel and its split count
+            return 0
+        return launch
+
+    monkeypatch.setattr(_launch.CacheFacts, "of", classmethod(lambda cls, layout, kv: cls(**_HOPPER)))
+    monkeypatch.setattr(_launch, "_launch_h", recorder("h"))
+    monkeypatch.setattr(_launch, "_launch_v", recorder("v"))
+    monkeypatch.setattr(_launch, "COMBINE_PDL", False)
+    hq, hk, d = 24, 4, 256
+    warmup_verify(num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16, query_lens=(4,), max_blocks=4,
+                  max_num_seqs=2, device=DEV)
+    built = set(launched)
+    assert {k for k, _ in built} == {"h", "v"}
+    launched.clear()
+    lay = TQLayout.from_preset("turboquant_k8v4", d)
+    for seqs in (1, 2):
+        c = random_case(seq_lens=[50, 61][:seqs], query_lens=[4] * seqs, num_heads=hq, num_kv_heads=hk,
+                        head_dim=d, block_size=16, layout=lay, device=DEV)
+        tq_verify_attention(c["query"], c["key"], c["value"], c["kv_cache"], c["block_table"][:, :4].contiguous(),
+                            c["seq_lens"], c["query_start_loc"], 4, layout=lay)
+    assert [k for k, _ in launched] == ["h", "v"]
+    assert set(launched) <= built
 
 
 @triton.jit
@@ -1282,18 +1352,21 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
                                               ([999, 4100, 17], [5, 2, 5], 64, 8, 128),
                                               ([32771], [2], 24, 4, 256), ([999, 4100, 17], [4, 2, 3], 32, 8, 256),
                                               ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8, 256),
-                                              ([2051, 7, 300], [3, 1, 2], 24, 4, 256)],
+                                              ([2051, 7, 300], [3, 1, 2], 24, 4, 256),
+                                              ([32771], [4], 24, 4, 256), ([4111], [8], 16, 4, 256)],
                          ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4", "32K-k8-gqa8-v",
                               "B3-k6-gqa6-v", "B3-k5-gqa8-v", "d256-32K-k2-gqa6", "d256-B3-k4-gqa4",
-                              "d256-B32-k2-gqa4", "d256-B3-k3-gqa6-v"])
+                              "d256-B32-k2-gqa4", "d256-B3-k3-gqa6-v", "d256-32K-k4-gqa6-one", "d256-4K-k8-gqa4-one"])
 def test_hopper_verify_default_on_gpu(seqs, qls, hq, hk, d, monkeypatch):
     """At D = 128 and 256 kernel "h" is the default verify for up to 16 K+1 x group rows, also
     for batches the plan gives the per-warp kernel (D = 128, 32 sequences x 8 KV heads, 8
-    rows), and kernel "v" for 17 to 64 rows: against float64 with the tail from the raw K/V;
-    the test asserts which kernel launched."""
+    rows), and at D = 256 for single requests of up to 32 rows; kernel "v" for the other
+    batches of 17 to 64 rows: against float64 with the tail from the raw K/V; the test
+    asserts which kernel launched."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernels h and v need a Hopper GPU")
-    kernel = "v" if max(qls) * (hq // hk) > 16 else "h"
+    rows = max(qls) * (hq // hk)
+    kernel = "h" if rows <= 16 or (d == 256 and len(seqs) == 1 and rows <= 32) else "v"
     calls = _count_calls(monkeypatch, f"_launch_{kernel}")
     lay = TQLayout.from_preset("turboquant_k8v4", d)
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=hk, head_dim=d, block_size=16,

@@ -61,11 +61,12 @@ class TileConfig:
     # KV heads) splits 6-17% faster than the default from 48K tokens on, docs/KERNELS.md); "h":
     # the Hopper decode on warp-group products (one query token, fp8 e4m3 keys + 4-bit values,
     # D = 128 or 256, groups up to 8, pages of 16+ tokens; 2 key stages by default), which the
-    # launcher runs by default for decode where it applies and for verify at D = 128 with at
-    # most 16 rows in place of "n" or "w"; "v": the Hopper verify on warp-group products
-    # (query rows on M, up to 64; D = 128 or 256; fp8 e4m3 keys + 4-bit values; pages of 16+
-    # tokens; 64- or 32-token tiles), the default verify on Hopper where it applies (D = 256
-    # up to 64 rows, D = 128 from 17 to 64; "q" elsewhere); all fall back to "n" elsewhere
+    # launcher runs by default for decode where it applies and for verify with at most 16
+    # rows, and single requests of up to 32 at D = 256 (``stage1_kernel``); "v": the Hopper
+    # verify on warp-group products (query rows on M, up to 64; D = 128 or 256; fp8 e4m3 keys
+    # + 4-bit values; pages of 16+ tokens; 64- or 32-token tiles), the default verify on
+    # Hopper for the other batches of 17-64 rows ("q" where it cannot run); all fall back to
+    # "n" elsewhere
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
@@ -182,10 +183,10 @@ def fp8_mma_default(device_index: int) -> bool:
     return False
 
 
-def _q_kernel_ok(layout: TQLayout, words_ok: bool, head_dim: int, device_index: int) -> bool:
+def _q_kernel_ok(layout: TQLayout, head_dim: int, cache: "CacheFacts") -> bool:
     """kernel "q" (fp8 tensor-core scores): fp8 e4m3 keys + 4-bit values read as int32
     words, D >= 64, and a GPU with e4m3 (or the interpreter)."""
-    return words_ok and head_dim >= 64 and layout.key_fp8 and not _fp8_e4b15(device_index)
+    return cache.words_ok and head_dim >= 64 and layout.key_fp8 and cache.e4m3
 
 
 def _per_warp_ok(tiles: TileConfig, words_ok: bool, head_dim: int) -> bool:
@@ -267,13 +268,36 @@ def cache_plan(
     )
 
 
-def _g_kernel_ok(layout, words_ok, head_dim, group, query_len, raw_tail, ptx_ok, kv_cache) -> bool:
+@dataclass(frozen=True)
+class CacheFacts:
+    """What the choice of a stage-1 kernel reads of the cache and its device."""
+
+    page: int  # tokens a page
+    words_ok: bool  # fp8 keys + 4-bit values read as aligned int32 words (``cache_words_ok``)
+    ptx_ok: bool  # inline PTX: an NVIDIA GPU with e4m3 conversions, not the interpreter
+    hopper: bool  # on a GPU where the warp-group kernels run (``fp8_mma_default``)
+    e4m3: bool  # the GPU converts fp8 e4m3 (or the interpreter)
+    small: bool  # the cache's int32 word offsets fit in 31 bits
+
+    @classmethod
+    def of(cls, layout: TQLayout, kv_cache: torch.Tensor) -> "CacheFacts":
+        dev_index = kv_cache.device.index or 0
+        e4b15 = bool(_fp8_e4b15(dev_index))
+        return cls(
+            page=kv_cache.shape[1], words_ok=cache_words_ok(layout, kv_cache),
+            ptx_ok=not (_interpreting() or e4b15 or torch.version.hip is not None),
+            hopper=kv_cache.is_cuda and fp8_mma_default(dev_index), e4m3=not e4b15,
+            small=kv_cache.numel() < (1 << 33),
+        )
+
+
+def _g_kernel_ok(layout: TQLayout, head_dim, group, query_len, raw_tail, cache: CacheFacts) -> bool:
     """kernel "g" (Gluon decode): one query token, fp8 e4m3 keys + 4-bit values read as int32
     words, D = 256, at most 16 heads a group, an NVIDIA GPU with e4m3 conversions, and a cache
     of power-of-two pages whose int32 word offsets fit in 31 bits."""
     return (
-        words_ok and ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 16 and query_len == 1
-        and not raw_tail and kv_cache.numel() < (1 << 33) and kv_cache.shape[1] & (kv_cache.shape[1] - 1) == 0
+        cache.words_ok and cache.ptx_ok and layout.key_fp8 and head_dim == 256 and group <= 16 and query_len == 1
+        and not raw_tail and cache.small and cache.page & (cache.page - 1) == 0
     )
 
 
@@ -318,29 +342,68 @@ def _pdl_launch() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _h_kernel_ok(layout, words_ok, head_dim, group, query_len, ptx_ok, kv_cache) -> bool:
+def _h_kernel_ok(layout: TQLayout, head_dim, group, query_len, cache: CacheFacts) -> bool:
     """kernel "h" (warp-group products): fp8 e4m3 keys + 4-bit values read as int32 words,
     D = 128 or 256, groups of at most 8 heads, at most 8 query tokens a sequence, pages of a
     power of two of at least 16 tokens, and a Hopper GPU."""
-    page = kv_cache.shape[1]
     return (
-        words_ok and ptx_ok and layout.key_fp8 and head_dim in (128, 256) and group <= 8 and query_len <= 8
-        and page >= 16 and page & (page - 1) == 0 and kv_cache.is_cuda
-        and fp8_mma_default(kv_cache.device.index or 0)  # Hopper (``ptx_ok``: not the interpreter)
+        cache.words_ok and cache.ptx_ok and layout.key_fp8 and head_dim in (128, 256) and group <= 8
+        and query_len <= 8 and cache.page >= 16 and cache.page & (cache.page - 1) == 0
+        and cache.hopper  # (``ptx_ok``: not the interpreter)
     )
 
 
-def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: int) -> bool:
+def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: int, batch: int) -> bool:
     """Verify batches kernel "h" runs by default: D = 128 or 256 with all K + 1 x group rows in
     one program, in place of the planned kernel "q", "n" or "w", with the plan's split count
     (H200, D = 128: 25-38% less time than kernel "q", 2-13% less than the per-warp kernel "w"
     at its quarter split count; D = 256, 8-16 rows: 19-46% less than kernel "n", 12-40% less
     than kernel "v"). The plan names kernel "v" from 17 rows (at D = 128 less time than kernel
     "h" on 12 of 15 batches of 17-32 rows), so on Hopper this takes the batches of at most 16
-    rows."""
+    rows; and at D = 256 single requests of 17-32 rows in place of kernel "v" (3-11% less time
+    on eleven requests of 8K-128K; from two requests on kernel "v" took 4-34% less;
+    docs/KERNELS.md "Kernel "h" for short verify batches at D = 256")."""
     from ._kernel_h import MAX_ROWS
 
-    return head_dim in (128, 256) and query_len * group <= MAX_ROWS and tiles.kernel in ("q", "n", "w")
+    if head_dim not in (128, 256) or query_len * group > MAX_ROWS:
+        return False
+    return tiles.kernel in ("q", "n", "w") or (tiles.kernel == "v" and head_dim == 256 and batch == 1)
+
+
+# the stage-1 kernels ``stage1_kernel`` names ("n": the Triton split kernel, also where the
+# tiles name a kernel the call cannot run)
+STAGE1_KERNELS = ("g", "h", "v", "q", "w", "n")
+
+
+def stage1_kernel(
+    tiles: TileConfig, planned: bool, layout: TQLayout, cache: CacheFacts, *, batch: int, head_dim: int,
+    group: int, query_len: int, has_qstart: bool, raw_tail: bool,
+) -> tuple[str, TileConfig]:
+    """The stage-1 kernel a call launches (one of ``STAGE1_KERNELS``) and the tiles it runs
+    with, from the call's tiles (``planned``: the launcher's own plan, not the caller's) and
+    shapes and what the cache and its device allow. A function of these alone, so that the
+    warm-up keys its variants on the kernel actually launched."""
+    M_PAD = max(16, next_pow2(query_len * group))
+    h_ok = _h_kernel_ok(layout, head_dim, group, query_len, cache)
+    # kernel "v" runs where kernel "h" could (the same head sizes; its limits, G <= 8 and
+    # K + 1 <= 8, keep the rows within its 64)
+    if tiles.kernel == "v" and not (has_qstart and raw_tail and h_ok):
+        tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
+    if tiles.kernel == "g" and _g_kernel_ok(layout, head_dim, group, query_len, raw_tail, cache):
+        return "g", tiles
+    # the default decode on Hopper where kernel "h" covers it, and the verify batches of
+    # ``_h_verify_default`` (the plan's split count); other verify batches on request
+    h_default = planned and ((query_len == 1 and not has_qstart)
+                             or (has_qstart and _h_verify_default(tiles, head_dim, group, query_len, batch)))
+    if (h_default or tiles.kernel == "h") and raw_tail == has_qstart and h_ok:
+        return "h", tiles
+    if tiles.kernel == "v":
+        return "v", tiles
+    if tiles.kernel == "q" and _q_kernel_ok(layout, head_dim, cache):
+        return "q", tiles
+    if _per_warp_ok(tiles, cache.words_ok, head_dim):
+        return "w", tiles
+    return "n", tiles
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
@@ -443,7 +506,8 @@ def run_attention(
 
     if max_context is None:
         max_context = block_table.shape[1] * page
-    words_ok = cache_words_ok(layout, kv_cache)
+    facts = CacheFacts.of(layout, kv_cache)
+    words_ok = facts.words_ok
     planned = tiles is None
     tiles, S = cache_plan(kv_cache, batch, D, G, QL, layout, max_context, tiles=tiles, num_splits=num_splits)
     if dot_bf16 is None:
@@ -468,33 +532,26 @@ def run_attention(
     extra = {}
     pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
     perm = 0  # the partials' column order (``_tq_combine_kernel``'s PERM)
-    ptx_ok = not (_interpreting() or _fp8_e4b15(dev_index) or torch.version.hip is not None)
-    # kernel "v" runs where kernel "h" could (the same head sizes; its limits, G <= 8 and
-    # K + 1 <= 8, keep the rows within its 64)
-    if tiles.kernel == "v" and not (has_qstart and raw_tail
-                                    and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
-        tiles = verify_q_tiles(M_PAD)  # where kernel "v" cannot run: kernel "q" (the plan's split count)
-    if tiles.kernel == "g" and _g_kernel_ok(layout, words_ok, D, G, QL, raw_tail, ptx_ok, kv_cache):
+    ptx_ok = facts.ptx_ok
+    kernel, tiles = stage1_kernel(tiles, planned, layout, facts, batch=batch, head_dim=D, group=G, query_len=QL,
+                                  has_qstart=has_qstart, raw_tail=raw_tail)
+    if kernel == "g":
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)
         kern = None
-    elif (((planned and ((QL == 1 and not has_qstart) or (has_qstart and _h_verify_default(tiles, D, G, QL))))
-           or tiles.kernel == "h") and (raw_tail == has_qstart)
-          and _h_kernel_ok(layout, words_ok, D, G, QL, ptx_ok, kv_cache)):
-        # the default decode on Hopper where kernel "h" covers it, and verify with at most 16
-        # rows (the plan's split count); other verify batches on request
-        asked = tiles.kernel == "h"
+    elif kernel == "h":
+        asked = tiles.kernel == "h"  # else in place of the plan's kernel: its own stages, no register cap
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
                          pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch())
         kern = None
         pdl = COMBINE_PDL
-    elif tiles.kernel == "v":
+    elif kernel == "v":
         perm = _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL, pipe=tiles.pipe)
         kern = None
         pdl = COMBINE_PDL
-    elif tiles.kernel == "q" and _q_kernel_ok(layout, words_ok, D, dev_index):
+    elif kernel == "q":
         kern = _tq_split_kernel_q
         extra["ASM"] = ptx_ok
         extra["SKP"] = kv_cache.stride(1)
@@ -507,7 +564,7 @@ def run_attention(
             M_PAD = max(16, next_pow2(qpp * G))
         if tiles.rows_m:
             extra["ROWS_M"] = True
-    elif _per_warp_ok(tiles, words_ok, D):
+    elif kernel == "w":
         kern = _tq_split_kernel_w
         extra["NW"] = tiles.num_warps
         extra["ASM"] = int(tiles.words) in (2, 4) and ptx_ok
