@@ -70,18 +70,21 @@ def main() -> None:
         return c
 
     if args.tiny:
-        dec, ver = case(1, [300, 17, 90, 41, 1]), case(2, [500, 40, 77, 120], [4, 4, 4, 4])
+        dec, ver, one = case(1, [300, 17, 90, 41, 1]), case(2, [500, 40, 77, 120], [4, 4, 4, 4]), case(3, [301], [4])
     else:
-        dec, ver = case(1, [3000, 17, 900, 411, 1]), case(2, [500, 40, 777, 1200], [4, 4, 4, 4])
+        dec, ver, one = (case(1, [3000, 17, 900, 411, 1]), case(2, [500, 40, 777, 1200], [4, 4, 4, 4]),
+                         case(3, [3001], [4]))
 
     def decode():
         tq_decode_attention(dec["query"], dec["kv_cache"], dec["block_table"], dec["seq_lens"])
 
-    def verify():
-        tq_verify_attention(ver["query"], ver["key"], ver["value"], ver["kv_cache"], ver["block_table"],
-                            ver["seq_lens"], ver["query_start_loc"], 4)
+    def verify(c):
+        return lambda: tq_verify_attention(c["query"], c["key"], c["value"], c["kv_cache"], c["block_table"],
+                                           c["seq_lens"], c["query_start_loc"], 4)
 
-    rows = {name: (timed(fn), timed(fn)) for name, fn in (("decode B=5", decode), ("verify B=4 K+1=4", verify))}
+    # on Hopper 24 verify rows run kernel "v" for four requests and kernel "h" for one
+    calls = (("decode B=5", decode), ("verify B=4 K+1=4", verify(ver)), ("verify B=1 K+1=4", verify(one)))
+    rows = {name: (timed(fn), timed(fn)) for name, fn in calls}
     doc = {"plan": not args.no_plan, "warmup_s": warm_s, "warmup_launches": launches,
            "first_second_s": {k: list(v) for k, v in rows.items()}, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu"}
     print(f"warm-up ({'planned' if plan else 'one request, 2-wide table'}): {launches} launches, {warm_s:.2f} s")
