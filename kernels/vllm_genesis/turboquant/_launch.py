@@ -234,9 +234,9 @@ def combine_shape(num_splits: int, head_dim: int, verify: bool) -> tuple[int, in
 
     A program holds at most 4096 partial values of a step. Verify combines run one warp a
     program: its reductions over the splits and over the raw tail's columns then stay inside
-    the warp (H200, in a graph with the read flush: 1 x 32K K+1=6 at D = 256 and 8 x 8K K+1=4
-    at D = 128 4-9% less time in all than with four warps; the decode rows level either way,
-    so they keep four; docs/KERNELS.md "The combine in one warp")."""
+    the warp (H200, in a graph with the read flush: 1-10% less time in all than with four
+    warps on eight verify rows; the decode rows level either way, so they keep four;
+    docs/KERNELS.md "The combine in one warp")."""
     s_chunk = combine_chunk(num_splits)
     return s_chunk, max(16, min(head_dim, 4096 // s_chunk)), 1 if verify else 4
 
@@ -370,16 +370,12 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
     return tiles.kernel in ("q", "n", "w") or (tiles.kernel == "v" and head_dim == 256 and batch == 1)
 
 
-# the stage-1 kernels ``stage1_kernel`` names ("n": the Triton split kernel, also where the
-# tiles name a kernel the call cannot run)
-STAGE1_KERNELS = ("g", "h", "v", "q", "w", "n")
-
-
 def stage1_kernel(
     tiles: TileConfig, planned: bool, layout: TQLayout, cache: CacheFacts, *, batch: int, head_dim: int,
     group: int, query_len: int, has_qstart: bool, raw_tail: bool,
 ) -> tuple[str, TileConfig]:
-    """The stage-1 kernel a call launches (one of ``STAGE1_KERNELS``) and the tiles it runs
+    """The stage-1 kernel a call launches ("g", "h", "v", "q", "w", or "n": the Triton split
+    kernel, also where the tiles name a kernel the call cannot run) and the tiles it runs
     with, from the call's tiles (``planned``: the launcher's own plan, not the caller's) and
     shapes and what the cache and its device allow. A function of these alone, so that the
     warm-up keys its variants on the kernel actually launched."""
