@@ -403,12 +403,12 @@ def tune_variants(kind, B, D, rows, S):
     return res + [(tile_key(t) + f"-S{s2}", t, s2) for t, s2 in out]
 
 
-def _default_splits(B, Hk, L, D, G, QL, cache, lay):
-    """The split count the launcher uses for this row with its default tiles."""
-    from vllm_genesis.turboquant._launch import cache_words_ok, fp8_mma_default, launch_plan, num_sms
+def _default_plan(B, L, D, G, QL, cache, lay, verify):
+    """The stage-1 kernel and the split count the launcher uses for this row by default."""
+    from vllm_genesis.turboquant._launch import call_plan
 
-    ok = cache_words_ok(lay, cache)
-    return launch_plan(B, Hk, D, G, QL, True, L, ok, num_sms(0), fp8_mma=fp8_mma_default(0))[1]
+    kernel, _, splits = call_plan(cache, lay, B, D, G, QL, L, has_qstart=verify, raw_tail=verify)
+    return kernel, splits
 
 
 def time_row(row, copy_bps):
@@ -433,7 +433,7 @@ def time_row(row, copy_bps):
         out = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=DEV)
         S = pick_num_splits(B, Hk, L, num_sms(0))
         ws = split_workspace(B, Hk, S, Hq // Hk, D, DEV)
-        S_def = _default_splits(B, Hk, L, D, Hq // Hk, 1, cache, lay)
+        kernel, S_def = _default_plan(B, L, D, Hq // Hk, 1, cache, lay, False)
 
         def ours(tiles=None, splits=S_def, dot_bf16=None):
             wsp = ws if splits <= S else split_workspace(B, Hk, splits, Hq // Hk, D, DEV)
@@ -468,7 +468,7 @@ def time_row(row, copy_bps):
         S = pick_num_splits(B, Hk, L, num_sms(0))
         rows = QL * (Hq // Hk)
         ws = split_workspace(B, Hk, S, rows, D, DEV)
-        S_def = _default_splits(B, Hk, L, D, Hq // Hk, QL, cache, lay)
+        kernel, S_def = _default_plan(B, L, D, Hq // Hk, QL, cache, lay, True)
 
         def ours(tiles=None, splits=S_def, dot_bf16=None):
             wsp = ws if splits <= S else split_workspace(B, Hk, splits, rows, D, DEV)
@@ -502,6 +502,7 @@ def time_row(row, copy_bps):
         def sdpa():
             return F.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, scale=scale, enable_gqa=True)
 
+    res["kernel"] = kernel  # the stage-1 kernel "ours" launches
     res["splits"] = S_def
     res["splits_pick_num_splits"] = S
 
@@ -589,7 +590,7 @@ def main():
             continue
         info["rows"].append(r)
         print(f"row {r['kind']} B={r['B']} L={r['context']} Hq={r['Hq']} Hk={r['Hk']} D={r['D']} q={r['query_len']} "
-              f"S={r['splits']}: graph: upstream {r['upstream_ms']:.4f} ms ours {r['ours_ms']:.4f} ms sdpa {r['sdpa_ms']:.4f} ms"
+              f"kernel {r['kernel']} S={r['splits']}: graph: upstream {r['upstream_ms']:.4f} ms ours {r['ours_ms']:.4f} ms sdpa {r['sdpa_ms']:.4f} ms"
               f" | eager: upstream {r['eager_upstream_ms']:.4f} ours {r['eager_ours_ms']:.4f} sdpa {r['eager_sdpa_ms']:.4f}"
               f" | ours host {r.get('ours_host_us_per_call', float('nan')):.0f} us/call",
               flush=True)

@@ -402,6 +402,24 @@ def stage1_kernel(
     return "n", tiles
 
 
+def call_plan(
+    kv_cache: torch.Tensor, layout: TQLayout, batch: int, head_dim: int, group: int, query_len: int,
+    max_context: int, *, has_qstart: bool, raw_tail: bool, tiles: TileConfig | None = None,
+    num_splits: int | None = None, facts: CacheFacts | None = None,
+) -> tuple[str, TileConfig, int]:
+    """What a call on ``kv_cache`` launches: its stage-1 kernel (``stage1_kernel``), the tiles
+    it runs with and the split count (``cache_plan``; ``tiles`` / ``num_splits``: the
+    caller's, ``None`` for the launcher's own). The launcher, ``warmup_verify`` and the
+    benchmarks all ask this."""
+    facts = facts or CacheFacts.of(layout, kv_cache)
+    planned = tiles is None
+    tiles, splits = cache_plan(kv_cache, batch, head_dim, group, query_len, layout, max_context, tiles=tiles,
+                               num_splits=num_splits)
+    kernel, tiles = stage1_kernel(tiles, planned, layout, facts, batch=batch, head_dim=head_dim, group=group,
+                                  query_len=query_len, has_qstart=has_qstart, raw_tail=raw_tail)
+    return kernel, tiles, splits
+
+
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
               head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None,
               early=False) -> int:
@@ -504,8 +522,9 @@ def run_attention(
         max_context = block_table.shape[1] * page
     facts = CacheFacts.of(layout, kv_cache)
     words_ok = facts.words_ok
-    planned = tiles is None
-    tiles, S = cache_plan(kv_cache, batch, D, G, QL, layout, max_context, tiles=tiles, num_splits=num_splits)
+    has_qstart = query_start_loc is not None
+    kernel, tiles, S = call_plan(kv_cache, layout, batch, D, G, QL, max_context, has_qstart=has_qstart,
+                                 raw_tail=raw_tail, tiles=tiles, num_splits=num_splits, facts=facts)
     if dot_bf16 is None:
         dot_bf16 = False  # fp16 products: exact for fp8 keys and bf16 queries of normal range
 
@@ -522,15 +541,12 @@ def run_attention(
     align = pow2_alignment(kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.storage_offset())
     qk_scale = float(scale) * LOG2E
     qstart = query_start_loc if query_start_loc is not None else seq_lens
-    has_qstart = query_start_loc is not None
 
     kern = _tq_split_kernel
     extra = {}
     pdl = False  # the combine as a programmatic dependent launch of stage 1 (kernels "h", "v")
     perm = 0  # the partials' column order (``_tq_combine_kernel``'s PERM)
     ptx_ok = facts.ptx_ok
-    kernel, tiles = stage1_kernel(tiles, planned, layout, facts, batch=batch, head_dim=D, group=G, query_len=QL,
-                                  has_qstart=has_qstart, raw_tail=raw_tail)
     if kernel == "g":
         _launch_g(qr, kv_cache, block_table, seq_lens, mid_o, mid_l, S, qk_scale, batch, G, D, page, tiles.maxnreg,
                   tiles.block_n)

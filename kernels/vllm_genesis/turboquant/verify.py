@@ -123,7 +123,7 @@ def warmup_verify(
 
     Launches every kernel variant that real calls of this shape can reach, once each, on
     a tiny cache, so the first request -- or a CUDA-graph capture -- does not pay Triton's
-    JIT. A variant is fixed by the stage-1 kernel with its tiles (``stage1_kernel``) and the
+    JIT. A variant is fixed by the stage-1 kernel with its tiles (``call_plan``) and the
     combine stage's chunk, which the launchers pick from the batch size, the query length
     and the context capacity, so pass what the server uses: ``max_blocks``, the block
     table's width (vLLM: ``cdiv(max_model_len, block_size)``; it sets the capacity the split
@@ -133,7 +133,7 @@ def warmup_verify(
     ``verify_num_splits``, needs none): the variants with and without it are built. Returns
     the number of launches.
     """
-    from ._launch import CacheFacts, combine_chunk, programmatic_combine, stage1_kernel
+    from ._launch import CacheFacts, call_plan, combine_chunk, programmatic_combine
     from .decode import tq_decode_attention
 
     lay = as_layout(layout, head_dim)
@@ -149,12 +149,11 @@ def warmup_verify(
     for ql in (0, *query_lens):  # 0: the decode launcher
         chosen: dict[tuple, tuple[int, int]] = {}
         for batch in range(1, max(1, max_num_seqs) + 1):
-            tiles, splits = cache_plan(cache, batch, head_dim, group, max(ql, 1), lay, capacity)
             # the kernel the call launches (it can depend on the batch size, not only on the plan)
-            kernel = stage1_kernel(tiles, True, lay, facts, batch=batch, head_dim=head_dim, group=group,
-                                   query_len=max(ql, 1), has_qstart=ql > 0, raw_tail=raw_tail and ql > 0)
+            kernel, tiles, splits = call_plan(cache, lay, batch, head_dim, group, max(ql, 1), capacity,
+                                              has_qstart=ql > 0, raw_tail=raw_tail and ql > 0, facts=facts)
             for count in {splits, max(1, min(splits, split_cap or splits))}:
-                chosen.setdefault((kernel, combine_chunk(count)), (batch, count))
+                chosen.setdefault((kernel, tiles, combine_chunk(count)), (batch, count))
         for batch, splits in chosen.values():
             bt = torch.zeros(batch, max_blocks, dtype=torch.int32, device=device)
             common = dict(layout=lay, centroids=centroids, PiT=PiT, num_splits=splits, dot_bf16=dot_bf16)
