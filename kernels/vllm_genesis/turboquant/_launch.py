@@ -370,6 +370,9 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
     return tiles.kernel in ("q", "n", "w") or (tiles.kernel == "v" and head_dim == 256 and batch == 1)
 
 
+H_TILES = TileConfig(64, 4, 2, "h")  # kernel "h" where it runs in place of the plan's kernel
+
+
 def stage1_kernel(
     tiles: TileConfig, planned: bool, layout: TQLayout, cache: CacheFacts, *, batch: int, head_dim: int,
     group: int, query_len: int, has_qstart: bool, raw_tail: bool,
@@ -392,7 +395,8 @@ def stage1_kernel(
     h_default = planned and ((query_len == 1 and not has_qstart)
                              or (has_qstart and _h_verify_default(tiles, head_dim, group, query_len, batch)))
     if (h_default or tiles.kernel == "h") and raw_tail == has_qstart and h_ok:
-        return "h", tiles
+        # in place of the plan's kernel: its own tiles (2 key stages, no register cap)
+        return "h", tiles if tiles.kernel == "h" else H_TILES
     if tiles.kernel == "v":
         return "v", tiles
     if tiles.kernel == "q" and _q_kernel_ok(layout, head_dim, cache):
@@ -552,9 +556,8 @@ def run_attention(
                   tiles.block_n)
         kern = None
     elif kernel == "h":
-        asked = tiles.kernel == "h"  # else in place of the plan's kernel: its own stages, no register cap
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
-                         QL, has_qstart, tiles.num_stages if asked else 2, tiles.maxnreg if asked else None,
+                         QL, has_qstart, tiles.num_stages, tiles.maxnreg,
                          pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch())
         kern = None
         pdl = COMBINE_PDL
