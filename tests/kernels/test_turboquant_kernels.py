@@ -1088,22 +1088,34 @@ ptx = ck.asm["ptx"]
 wait = ptx.find("griddepcontrol.wait")
 loads = [i for i in range(len(ptx)) if ptx.startswith("ld.global", i)]
 print(json.dumps({"wait": ptx.count("griddepcontrol.wait"), "loads": len(loads),
-                  "loads_before_wait": sum(i < wait for i in loads), "launch_pdl": ck.metadata.launch_pdl}))
+                  "loads_before_wait": sum(i < wait for i in loads) if wait >= 0 else 0,
+                  "launch_pdl": ck.metadata.launch_pdl}))
 """
 
 
-@pytest.mark.parametrize("pdl,tail,launch", [(1, 0, 1), (1, 1, 1), (1, 0, 0), (0, 0, 0)],
-                         ids=["graph-decode", "graph-verify", "eager", "plain"])
+@pytest.mark.parametrize("pdl,tail,launch", [(1, 0, 1), (1, 0, 0), (0, 0, 0), (0, 1, 0)],
+                         ids=["graph-decode", "eager", "plain", "plain-verify"])
 def test_combine_after_kernel_h_waits_for_it_before_any_load(pdl, tail, launch):
-    """The combine after kernels "h" and "v" (sm_90 build, Triton's own ptxas) waits for stage
-    1's grid (``griddepcontrol.wait``) before its first global load, built for a programmatic
-    dependent launch (inside CUDA graphs) or a plain one (eager calls: the wait returns at
-    once); without ``PDL`` it has no wait."""
+    """The decode combine after kernels "h" and "v" (sm_90 build, Triton's own ptxas) waits
+    for stage 1's grid (``griddepcontrol.wait``) before its first global load, built for a
+    programmatic dependent launch (inside CUDA graphs) or a plain one (eager calls: the wait
+    returns at once); without ``PDL`` neither the decode nor the verify combine has a wait."""
     got = _sm90_build(_COMBINE_BUILD, pdl, tail, launch)
     assert got["loads"] > 0
     assert got["wait"] == pdl and got["launch_pdl"] == bool(launch)
-    if pdl:
-        assert got["loads_before_wait"] == 0
+    assert got["loads_before_wait"] == 0
+
+
+def test_verify_combine_reads_only_its_raw_tail_before_the_wait():
+    """The verify combine after kernels "h" and "v" inside CUDA graphs reads the sequence
+    metadata and the raw K+1 tail (none of which stage 1 writes) before it waits for stage
+    1's grid, and the split partials after the wait: as many loads there as the decode
+    combine, which reads nothing else, makes."""
+    decode = _sm90_build(_COMBINE_BUILD, 1, 0, 1)
+    verify = _sm90_build(_COMBINE_BUILD, 1, 1, 1)
+    assert verify["wait"] == 1 and verify["launch_pdl"]
+    assert verify["loads_before_wait"] > 0
+    assert verify["loads"] - verify["loads_before_wait"] == decode["loads"] > 0
 
 
 def _partial_columns(order: int, d: int) -> torch.Tensor:

@@ -691,13 +691,8 @@ def _tq_combine_kernel(
     sc = tl.arange(0, S_CHUNK)
     base = ((b.to(tl.int64) * HK + hk) * num_splits) * ROWS + r
 
-    if PDL:
-        gdc_wait()
-    # the split partials do not depend on the metadata: request them first
-    smask = sc < num_splits
-    lse = tl.load(MidL + base + sc * ROWS, mask=smask, other=float("-inf"))
-    o = tl.load(MidO + (base + sc * ROWS)[:, None] * D + cols[None, :], mask=smask[:, None], other=0.0)
-
+    # the metadata and the raw tail do not depend on stage 1: after kernels "h" / "v" (a
+    # programmatic dependent launch) they are read before the wait for stage 1's end
     if HAS_QSTART:
         seq_len = tl.load(SeqLens + b)
         q0 = tl.load(QStart + b)
@@ -710,7 +705,6 @@ def _tq_combine_kernel(
         q_len = 1
     tok = (q0 + qi).to(tl.int64)
 
-    m_i = tl.max(lse, 0)
     if RAW_TAIL:
         dd = tl.arange(0, D)
         jj = tl.arange(0, QL_PAD)
@@ -729,6 +723,13 @@ def _tq_combine_kernel(
         ).to(tl.float32)
         ts = tl.sum(qv[None, :] * kt, 1) * qk_scale
         ts = tl.where(jm, ts, float("-inf"))
+    if PDL:
+        gdc_wait()
+    smask = sc < num_splits
+    lse = tl.load(MidL + base + sc * ROWS, mask=smask, other=float("-inf"))
+    o = tl.load(MidO + (base + sc * ROWS)[:, None] * D + cols[None, :], mask=smask[:, None], other=0.0)
+    m_i = tl.max(lse, 0)
+    if RAW_TAIL:
         m_i = tl.maximum(m_i, tl.max(ts, 0))
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     w = tl.exp2(lse - m_use)
