@@ -1088,8 +1088,7 @@ ptx = ck.asm["ptx"]
 wait = ptx.find("griddepcontrol.wait")
 loads = [i for i in range(len(ptx)) if ptx.startswith("ld.global", i)]
 print(json.dumps({"wait": ptx.count("griddepcontrol.wait"), "loads": len(loads),
-                  "loads_before_wait": sum(i < wait for i in loads) if wait >= 0 else 0,
-                  "launch_pdl": ck.metadata.launch_pdl}))
+                  "loads_before_wait": sum(i < wait for i in loads), "launch_pdl": ck.metadata.launch_pdl}))
 """
 
 
