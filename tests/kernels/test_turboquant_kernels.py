@@ -8,6 +8,7 @@ On a CPU these run at small sizes under TRITON_INTERPRET=1 (set by conftest.py);
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -335,6 +336,32 @@ def test_stage1_kernel_on_hopper(d, batch, group, ql, raw_tail, want):
     assert stage1_kernel(asked, False, lay, CacheFacts(**_HOPPER), **call) == ("q", asked)
     elsewhere = CacheFacts(**{**_HOPPER, "hopper": False, "ptx_ok": False})
     assert stage1_kernel(tiles, True, lay, elsewhere, **call)[0] not in ("h", "v")
+
+
+@pytest.mark.parametrize("batch,context,group,ql,prefetch", [
+    (1, 32768, 6, 1, 1),  # decode, 64 splits x 4 KV heads: 256 programs for 132 SMs
+    (1, 8192, 6, 1, 1),
+    (1, 131072, 6, 1, 0),  # 128 splits: four programs an SM
+    (8, 32768, 6, 1, 0),
+    (1, 32768, 6, 4, 1),  # 24 verify rows of one request: kernel "h", one program a split
+    (2, 32768, 6, 4, None),  # two requests: kernel "v"
+])
+def test_hopper_decode_prefetches_where_two_programs_share_an_sm(monkeypatch, batch, context, group, ql, prefetch):
+    """The launcher's plan turns on kernel "h"'s L2 prefetch of the next tile's code words for
+    grids of at most two programs per SM, and only then; a caller's tiles are taken as given."""
+    from vllm_genesis.turboquant import _launch
+
+    monkeypatch.setattr(_launch, "num_sms", lambda index: 132)
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    kv = torch.empty(2, 16, 4, lay.slot_size, dtype=torch.uint8)
+    call = dict(has_qstart=ql > 1, raw_tail=ql > 1, facts=_launch.CacheFacts(**_HOPPER))
+    kernel, tiles, splits = _launch.call_plan(kv, lay, batch, 256, group, ql, context, **call)
+    assert kernel == ("h" if prefetch is not None else "v")
+    if prefetch is not None:
+        assert tiles == replace(_launch.H_TILES, prefetch=prefetch)
+        assert (splits * 4 * batch <= 2 * 132) == bool(prefetch)
+    asked = TileConfig(64, 4, 2, "h")
+    assert _launch.call_plan(kv, lay, batch, 256, group, ql, context, tiles=asked, **call)[1] == asked
 
 
 def test_warmup_builds_the_kernel_each_batch_size_launches(monkeypatch):
@@ -922,7 +949,8 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                  | {"mma": ptx.count("mma.sync.aligned.m16n8k16"), "wgmma": ptx.count("wgmma.mma_async"),
                     "cp_async": ptx.count("cp.async.ca.shared.global"),
                     "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
-                    "timer": ptx.count("%globaltimer"), "wait_prior": ptx.count("griddepcontrol.wait"),
+                    "timer": ptx.count("%globaltimer"), "prefetch": ptx.count("prefetch.global.L2"),
+                    "wait_prior": ptx.count("griddepcontrol.wait"),
                     "wait_before_copies": ptx.find("griddepcontrol.wait") < ptx.find("cp.async.ca.shared.global"),
                     "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol"),
                     # kernel "v": the loop's last fp8 (scores) product, shared-memory store (V^T)
@@ -999,6 +1027,19 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
         assert got["dependents_after_loop"]
     assert got["timer"] == 0  # the diagnostics timeline is off
     assert got["wait_prior"] == 0  # not a programmatic dependent launch
+    assert got["prefetch"] == 0  # no L2 prefetch unless asked
+
+
+@pytest.mark.parametrize("d,ql,qpp", [(256, 1, 1), (128, 1, 1), (256, 4, 4)])
+def test_hopper_decode_prefetch_build(d, ql, qpp):
+    """Kernel "h" with the L2 prefetch (``PF``) issues one prefetch a thread and tile, inside
+    the loop, with the products and copies of the plain build."""
+    slot = d + d // 2 + 4
+    consts = dict(HK=4, G=6, D=d, PAGE=16, STAGES=2, SKP=4 * slot, SKH=slot, R=8 if qpp == 1 else 32, QL=ql,
+                  QPP=qpp, HAS_QSTART=ql > 1, PDL=True, PF=1)
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
+    assert got["prefetch"] == 1
+    assert got["wgmma"] == 2 * (d // 32) + (d // 64) * 4 and got["cp_async"] == d // 8 * 2
 
 
 @pytest.mark.parametrize("stages", [2, 3])

@@ -16,6 +16,10 @@ of the group (up to 8) on the products' N side:
   the partials are stored in the operand's row order (whole 32-byte sectors a store; the
   combine puts the columns back in head order), at D = 128 in head order.
 
+``PF`` asks the L2 for the code and scale/zero words of the tile PF ahead (one
+``prefetch.global.L2`` a thread and tile), which the launcher turns on for grids of at most two
+programs per SM (``H_PREFETCH_PROGRAMS_PER_SM``).
+
 At D = 128 (16 code words a token, two m64 row blocks) two lanes load each word and convert
 half of its codes each, so the operand keeps the same register layout.
 
@@ -134,6 +138,13 @@ def _wait_prior():
 
 
 @gluon.jit
+def _prefetch_l2(ptrs):
+    """Asks the L2 for the lines at ``ptrs`` (no registers written, nothing waited for)."""
+    gl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [ptrs], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def _first_copies(ksm, K8, bt_row, blk0, start, end, last_page, kpos, krow, stride_kw, PAGE: gl.constexpr,
                   SKP: gl.constexpr, STAGES: gl.constexpr, BN: gl.constexpr, D: gl.constexpr):
     """Requests the split's first STAGES - 1 key tiles into the ring (``blk0``: the first
@@ -248,6 +259,7 @@ def _tq_decode_kernel_h(
     RSPLIT: gl.constexpr = 1,  # programs per (split, KV head, sequence), one share of the tokens each
     HAS_QSTART: gl.constexpr = False,  # verify: query tokens from QStart, the cache up to them
     PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
+    PF: gl.constexpr = 0,  # L2 prefetch of the code and scale/zero words PF tiles ahead (0: none)
     EARLY: gl.constexpr = False,  # this kernel is a programmatic dependent launch: the sequence
     # lengths and the block table are read before the previous kernel's end, the query and the
     # cache after it
@@ -338,6 +350,13 @@ def _tq_decode_kernel_h(
     wblk = _blocks(bt_row, start + wpos, last_page, PAGE)
     sblk = _blocks(bt_row, start + st, last_page, PAGE)
 
+    if PF > 0:
+        # one prefetch a thread: [2 words, BN tokens], a token's first code word and its
+        # scale/zero word; their block ids read a step before, as the loads'
+        LPF: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [2, 2], [1, 0])
+        pf_tok = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, LPF)), 0)
+        pf_word = gl.expand_dims(gl.arange(0, 2, layout=gl.SliceLayout(1, LPF)), 1) * (D // 8) + D // 4
+        pf_blk = _blocks(bt_row, start + PF * BN + pf_tok, last_page, PAGE)
     m_i = gl.full([R], float("-inf"), gl.float32, layout=LRS)
     l_e = gl.zeros([BN, R], gl.float32, layout=LS)
     z_e = gl.zeros([BN, R], gl.float32, layout=LS)
@@ -349,6 +368,10 @@ def _tq_decode_kernel_h(
         szw = gl.load(KW + _word_offsets(sblk, ps_, stride_kw, PAGE, SKP) + SZW)
         wblk = _blocks(bt_row, n0 + BN + wpos, last_page, PAGE)
         sblk = _blocks(bt_row, ps_ + BN, last_page, PAGE)
+        if PF > 0:
+            pf_pos = n0 + PF * BN + pf_tok
+            _prefetch_l2(KW + _word_offsets(pf_blk, pf_pos, stride_kw, PAGE, SKP) + pf_word)
+            pf_blk = _blocks(bt_row, pf_pos + BN, last_page, PAGE)
 
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()

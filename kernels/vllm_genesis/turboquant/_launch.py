@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -70,7 +70,9 @@ class TileConfig:
     kernel: str = "n"
     # hand-pipelined loads (fp8 keys + 4-bit values): False/0 off, True/1 one tile ahead,
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
-    # codes and scale/zero words one tile ahead, the keys on Triton's pipeliner)
+    # codes and scale/zero words one tile ahead, the keys on Triton's pipeliner; kernel "h":
+    # an L2 prefetch of the code and scale/zero words that many tiles ahead, which the
+    # launcher's plan turns on for grids of at most two programs per SM)
     prefetch: bool | int = False
     maxnreg: int | None = None  # register cap per thread (more programs per SM)
     # fp8 + 4-bit, D >= 128: read slots as int32 words, split in registers by shifts (1, 3) or
@@ -371,6 +373,21 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
 
 
 H_TILES = TileConfig(64, 4, 2, "h")  # kernel "h" where it runs in place of the plan's kernel
+# Kernel "h" grids of at most this many programs per SM run with the L2 prefetch of the next
+# tile's code and scale/zero words (``prefetch`` 1; its 163 registers against 128 leave room
+# for two programs, not four). H200, in a graph with the read flush: 3-4% less time at 1 x 32K
+# decode, 8-10% at a 24-row verify of 1 x 32K, level at 1 x 8K; at 1 x 128K (four programs
+# an SM) 22% more; docs/KERNELS.md "L2 prefetch of the code words".
+H_PREFETCH_PROGRAMS_PER_SM = 2
+
+
+def h_programs_per_split(query_len: int, group: int) -> tuple[int, int]:
+    """Kernel "h"'s query tokens a program and programs per (split, KV head, sequence): all
+    of a sequence's K + 1 x group rows in one program where they fit its 32."""
+    from ._kernel_h import MAX_ROWS
+
+    qpp = max(1, min(query_len, MAX_ROWS // group))
+    return qpp, -(-query_len // qpp)
 
 
 def stage1_kernel(
@@ -421,22 +438,25 @@ def call_plan(
                                num_splits=num_splits)
     kernel, tiles = stage1_kernel(tiles, planned, layout, facts, batch=batch, head_dim=head_dim, group=group,
                                   query_len=query_len, has_qstart=has_qstart, raw_tail=raw_tail)
+    if planned and kernel == "h":
+        programs = splits * h_programs_per_split(query_len, group)[1] * kv_cache.shape[2] * batch
+        if programs <= H_PREFETCH_PROGRAMS_PER_SM * num_sms(kv_cache.device.index or 0):
+            tiles = replace(tiles, prefetch=1)
     return kernel, tiles, splits
 
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
               head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None,
-              early=False) -> int:
+              early=False, prefetch=0) -> int:
     """Stage 1 on kernel "h"; returns the combine's column order for its partials.
     ``timeline``: int64 [programs, 4], the kernel's diagnostics timeline (``tq_timeline.py``);
     ``early``: launched as a programmatic dependent of the kernel before it, reading the
     sequence lengths and the block table before that kernel's end (in CUDA graphs, where the
     caller allows it: ``tq_decode_attention``'s ``overlap_prior``)."""
-    from ._kernel_h import MAX_ROWS, NUM_WARPS, _tq_decode_kernel_h, partial_order
+    from ._kernel_h import NUM_WARPS, _tq_decode_kernel_h, partial_order
 
     hk = kv_cache.shape[2]
-    qpp = max(1, min(query_len, MAX_ROWS // group))  # query tokens a program
-    rsplit = -(-query_len // qpp)
+    qpp, rsplit = h_programs_per_split(query_len, group)
     _tq_decode_kernel_h[(num_splits * rsplit, hk, batch)](
         qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
@@ -444,6 +464,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         STAGES=max(2, stages), R=max(8, next_pow2(qpp * group)), QL=query_len, QPP=qpp, RSPLIT=rsplit,
         HAS_QSTART=has_qstart, PDL=pdl, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
         **({"TL": timeline} if timeline is not None else {}), **({"EARLY": True, "launch_pdl": True} if early else {}),
+        **({"PF": int(prefetch)} if prefetch else {}),
     )
     return partial_order(head_dim)
 
@@ -558,7 +579,7 @@ def run_attention(
     elif kernel == "h":
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, has_qstart, tiles.num_stages, tiles.maxnreg,
-                         pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch())
+                         pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch(), prefetch=tiles.prefetch)
         kern = None
         pdl = COMBINE_PDL
     elif kernel == "v":
