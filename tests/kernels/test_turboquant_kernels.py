@@ -339,8 +339,10 @@ def test_stage1_kernel_on_hopper(d, batch, group, ql, raw_tail, want):
 
 
 @pytest.mark.parametrize("batch,context,group,ql,prefetch", [
-    (1, 32768, 6, 1, 1),  # decode, 64 splits x 4 KV heads: 256 programs for 132 SMs
-    (1, 8192, 6, 1, 1),
+    (1, 32768, 6, 1, 1),  # decode, 64 splits x 4 KV heads: 256 programs for 132 SMs, 8 tiles a split
+    (1, 20480, 6, 1, 1),  # 5 tiles a split
+    (1, 16384, 6, 1, 0),  # 4 tiles a split
+    (1, 8192, 6, 1, 0),
     (1, 131072, 6, 1, 0),  # 128 splits: four programs an SM
     (8, 32768, 6, 1, 0),
     (1, 32768, 6, 4, 1),  # 24 verify rows of one request: kernel "h", one program a split
@@ -348,7 +350,8 @@ def test_stage1_kernel_on_hopper(d, batch, group, ql, raw_tail, want):
 ])
 def test_hopper_decode_prefetches_where_two_programs_share_an_sm(monkeypatch, batch, context, group, ql, prefetch):
     """The launcher's plan turns on kernel "h"'s L2 prefetch of the next tile's code words for
-    grids of at most two programs per SM, and only then; a caller's tiles are taken as given."""
+    grids of at most two programs per SM whose splits span more than four 64-token tiles, and
+    only then; a caller's tiles are taken as given."""
     from vllm_genesis.turboquant import _launch
 
     monkeypatch.setattr(_launch, "num_sms", lambda index: 132)
@@ -359,7 +362,7 @@ def test_hopper_decode_prefetches_where_two_programs_share_an_sm(monkeypatch, ba
     assert kernel == ("h" if prefetch is not None else "v")
     if prefetch is not None:
         assert tiles == replace(_launch.H_TILES, prefetch=prefetch)
-        assert (splits * 4 * batch <= 2 * 132) == bool(prefetch)
+        assert (splits * 4 * batch <= 2 * 132 and -(-context // splits) > 256) == bool(prefetch)
     asked = TileConfig(64, 4, 2, "h")
     assert _launch.call_plan(kv, lay, batch, 256, group, ql, context, tiles=asked, **call)[1] == asked
 

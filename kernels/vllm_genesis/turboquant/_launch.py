@@ -72,7 +72,8 @@ class TileConfig:
     # 2 two tiles ahead (word path only; the byte path treats it as 1; kernel "q": only the
     # codes and scale/zero words one tile ahead, the keys on Triton's pipeliner; kernel "h":
     # an L2 prefetch of the code and scale/zero words that many tiles ahead, which the
-    # launcher's plan turns on for grids of at most two programs per SM)
+    # launcher's plan turns on for grids of at most two programs per SM and splits of more
+    # than four tiles)
     prefetch: bool | int = False
     maxnreg: int | None = None  # register cap per thread (more programs per SM)
     # fp8 + 4-bit, D >= 128: read slots as int32 words, split in registers by shifts (1, 3) or
@@ -373,12 +374,15 @@ def _h_verify_default(tiles: TileConfig, head_dim: int, group: int, query_len: i
 
 
 H_TILES = TileConfig(64, 4, 2, "h")  # kernel "h" where it runs in place of the plan's kernel
-# Kernel "h" grids of at most this many programs per SM run with the L2 prefetch of the next
+# Kernel "h" grids of at most this many programs per SM whose splits span more than
+# H_PREFETCH_MIN_SPAN tokens of the planned context run with the L2 prefetch of the next
 # tile's code and scale/zero words (``prefetch`` 1; its 163 registers against 128 leave room
-# for two programs, not four). H200, in a graph with the read flush: 3-4% less time at 1 x 32K
-# decode, 8-10% at a 24-row verify of 1 x 32K, level at 1 x 8K; at 1 x 128K (four programs
-# an SM) 22% more; docs/KERNELS.md "L2 prefetch of the code words".
+# for two programs, not four). H200, in a graph: 3-4% less time at 1 x 32K decode (8 tiles a
+# split), 8-10% at a 24-row verify of 1 x 32K, level at 1 x 16K (4 tiles), 2-3% more at 1 x
+# 8K (2 tiles); at 1 x 128K (four programs an SM) 22% more; docs/KERNELS.md "L2 prefetch of
+# the code words".
 H_PREFETCH_PROGRAMS_PER_SM = 2
+H_PREFETCH_MIN_SPAN = 4 * 64
 
 
 def h_programs_per_split(query_len: int, group: int) -> tuple[int, int]:
@@ -440,7 +444,8 @@ def call_plan(
                                   query_len=query_len, has_qstart=has_qstart, raw_tail=raw_tail)
     if planned and kernel == "h":
         programs = splits * h_programs_per_split(query_len, group)[1] * kv_cache.shape[2] * batch
-        if programs <= H_PREFETCH_PROGRAMS_PER_SM * num_sms(kv_cache.device.index or 0):
+        if (programs <= H_PREFETCH_PROGRAMS_PER_SM * num_sms(kv_cache.device.index or 0)
+                and -(-max_context // splits) > H_PREFETCH_MIN_SPAN):
             tiles = replace(tiles, prefetch=1)
     return kernel, tiles, splits
 
