@@ -953,6 +953,8 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     "cp_async": ptx.count("cp.async.ca.shared.global"),
                     "launch_dependents": ptx.count("griddepcontrol.launch_dependents"),
                     "timer": ptx.count("%globaltimer"), "prefetch": ptx.count("prefetch.global.L2"),
+                    "prefetch_at": ptx.find("prefetch.global.L2"), "copies_at": ptx.find("cp.async.ca.shared.global"),
+                    "last_product_at": ptx.rfind("wgmma.mma_async"),
                     "wait_prior": ptx.count("griddepcontrol.wait"),
                     "wait_before_copies": ptx.find("griddepcontrol.wait") < ptx.find("cp.async.ca.shared.global"),
                     "dependents_after_loop": ptx.rfind("wgmma.mma_async") < ptx.find("griddepcontrol"),
@@ -1042,6 +1044,7 @@ def test_hopper_decode_prefetch_build(d, ql, qpp):
                   QPP=qpp, HAS_QSTART=ql > 1, PDL=True, PF=1)
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
     assert got["prefetch"] == 1
+    assert got["copies_at"] < got["prefetch_at"] < got["last_product_at"]  # after the prologue's copies
     assert got["wgmma"] == 2 * (d // 32) + (d // 64) * 4 and got["cp_async"] == d // 8 * 2
 
 

@@ -17,8 +17,9 @@ of the group (up to 8) on the products' N side:
   combine puts the columns back in head order), at D = 128 in head order.
 
 ``PF`` asks the L2 for the code and scale/zero words of the tile PF ahead (one
-``prefetch.global.L2`` a thread and tile), which the launcher turns on for grids of at most two
-programs per SM (``H_PREFETCH_PROGRAMS_PER_SM``).
+``prefetch.global.L2`` a thread and tile), which the launcher's plan turns on for grids of at
+most two programs per SM whose splits span more than four tiles (``H_PREFETCH_PROGRAMS_PER_SM``,
+``H_PREFETCH_MIN_SPAN``).
 
 At D = 128 (16 code words a token, two m64 row blocks) two lanes load each word and convert
 half of its codes each, so the operand keeps the same register layout.
