@@ -356,7 +356,7 @@ def _tq_decode_kernel_h(
         # scale/zero word; their block ids read a step before, as the loads'
         LPF: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [2, 2], [1, 0])
         pf_tok = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, LPF)), 0)
-        pf_word = gl.expand_dims(gl.arange(0, 2, layout=gl.SliceLayout(1, LPF)), 1) * (D // 8) + D // 4
+        pf_word = gl.expand_dims(gl.arange(0, 2, layout=gl.SliceLayout(1, LPF)), 1) * (SZW - D // 4) + D // 4
         pf_blk = _blocks(bt_row, start + PF * BN + pf_tok, last_page, PAGE)
     m_i = gl.full([R], float("-inf"), gl.float32, layout=LRS)
     l_e = gl.zeros([BN, R], gl.float32, layout=LS)
