@@ -615,6 +615,45 @@ def test_3bit_mse_keys_in_24_bit_groups(preset):
     assert rel_err(_run_decode(dec, lay), _ref(dec, lay)) < DEQ_BOUND
 
 
+@pytest.mark.parametrize("bits,bf16", [(4, False), (4, True), (3, False), (3, True)])
+def test_centroid_pairs_pack_two_indices_and_follow_writes(bits, bf16):
+    """Entry u of the pair table holds the centroids of indices u % 2**bits (low 16 bits) and
+    u >> bits (high 16 bits); the table is kept per tensor and rebuilt after an in-place write."""
+    from vllm_genesis.turboquant._launch import centroid_pairs
+
+    n = 1 << bits
+    cent = torch.randn(n, generator=torch.Generator().manual_seed(bits)).sort().values.to(DEV)
+    half = torch.bfloat16 if bf16 else torch.float16
+    pairs = centroid_pairs(cent, bits, bf16)
+    assert pairs.dtype == torch.int32 and pairs.shape == (n * n,)
+    lo = (pairs & 0xFFFF).to(torch.int16).view(half).float()
+    hi = ((pairs >> 16) & 0xFFFF).to(torch.int16).view(half).float()
+    u = torch.arange(n * n, device=cent.device)
+    assert torch.equal(lo, cent.to(half).float()[u % n])
+    assert torch.equal(hi, cent.to(half).float()[u // n])
+    assert centroid_pairs(cent, bits, bf16) is pairs
+    cent.mul_(2.0)
+    again = centroid_pairs(cent, bits, bf16)
+    assert again is not pairs
+    assert torch.equal(((again & 0xFFFF).to(torch.int16).view(half).float()), 2 * lo)
+
+
+@pytest.mark.parametrize("preset,head_dim", [("turboquant_4bit_nc", 64), ("turboquant_3bit_nc", 128)])
+def test_mse_pair_gathers_match_per_index_gathers(preset, head_dim, monkeypatch):
+    """The pair-table gathers (one per two indices) give what one gather per index gives."""
+    from vllm_genesis.turboquant import _launch
+
+    lay = TQLayout.from_preset(preset, head_dim)
+    c = random_case(seq_lens=[61, 130], num_heads=8, num_kv_heads=2, head_dim=head_dim, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(21), device=DEV)
+    paired = _run_decode(c, lay, num_splits=2).float()
+    monkeypatch.setattr(_launch, "_pair_gathers", lambda layout, d: False)
+    single = _run_decode(c, lay, num_splits=2).float()
+    assert not torch.isnan(paired).any()
+    assert rel_err(paired, single) < 2e-3
+    assert rel_err(paired, _ref(c, lay)) < DEQ_BOUND
+
+
 def test_decode_split_count_does_not_change_the_result():
     lay = TQLayout.from_preset("turboquant_k8v4", 64)
     c = random_case(seq_lens=[301, 77], num_heads=12, num_kv_heads=2, head_dim=64, block_size=16,

@@ -162,6 +162,15 @@ def _split_slice(SeqLens, QStart, b, sid, num_splits, QL: tl.constexpr, BLOCK_N:
     return q0, q_len, prefix, start, end
 
 
+@triton.jit
+def _centroid_pair(Pairs, idx, dot_t: tl.constexpr):
+    """The two centroids (dot_t) packed in the int32 ``Pairs[idx]``: low half, high half."""
+    pr = tl.load(Pairs + idx)
+    lo = (pr & 0xFFFF).to(tl.uint16).to(dot_t, bitcast=True)
+    hi = ((pr >> 16) & 0xFFFF).to(tl.uint16).to(dot_t, bitcast=True)
+    return lo, hi
+
+
 @triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel(
     QR,  # [T, Hq, D] query (rotated for MSE keys), any float dtype
@@ -169,7 +178,7 @@ def _tq_split_kernel(
     BT,  # int32 [B, max_blocks]
     SeqLens,  # int32 [B]
     QStart,  # int32 [B + 1] (only read when HAS_QSTART)
-    Cent,  # fp32 centroids (only read for MSE keys)
+    Cent,  # MSE keys: fp32 centroids, or with CPAIR int32 centroid pairs (``centroid_pairs``)
     MidO,  # fp32 [B, HK, S, ROWS, D]
     MidL,  # fp32 [B, HK, S, ROWS]
     stride_qt,
@@ -205,6 +214,7 @@ def _tq_split_kernel(
     PF_DEPTH: tl.constexpr = 1,  # word path, PREFETCH: tiles requested ahead (1 or 2)
     HEAD_MAJOR: tl.constexpr = False,  # grid (HK, splits, B) instead of (splits, HK, B)
     FUSE_SUMS: tl.constexpr = False,  # fp8 paths: sum(p) and sum(p * zero) in one reduction
+    CPAIR: tl.constexpr = False,  # MSE keys (4-bit split, 3-bit groups): Cent holds centroid pairs
 ):
     if HEAD_MAJOR:
         hk = tl.program_id(0)
@@ -561,23 +571,42 @@ def _tq_split_kernel(
             w = w | (tl.load(kaddr + 1).to(tl.int32) << 8) | (tl.load(kaddr + 2).to(tl.int32) << 16)
             s = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
             csq = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for j in tl.static_range(8):
-                cj = tl.load(Cent + ((w >> (3 * j)) & 7))
-                if NORM_CORR:
-                    csq += tl.sum(cj * cj, 1)
-                qj = tl.load(q_row + (8 * dg + j)[None, :], mask=row_ok[:, None], other=0.0).to(dot_t)
-                s = tl.dot(qj, tl.trans(cj.to(dot_t)), s)
+            if CPAIR:
+                # one gather per two indices: 6 bits address a pair of centroids in dot_t
+                for j in tl.static_range(4):
+                    c_ev, c_od = _centroid_pair(Cent, (w >> (6 * j)) & 63, dot_t)
+                    if NORM_CORR:
+                        f_ev = c_ev.to(tl.float32)
+                        f_od = c_od.to(tl.float32)
+                        csq += tl.sum(f_ev * f_ev, 1) + tl.sum(f_od * f_od, 1)
+                    qj = q_row + (8 * dg + 2 * j)[None, :]
+                    qa = tl.load(qj, mask=row_ok[:, None], other=0.0).to(dot_t)
+                    qb = tl.load(qj + 1, mask=row_ok[:, None], other=0.0).to(dot_t)
+                    s = tl.dot(qa, tl.trans(c_ev), s)
+                    s = tl.dot(qb, tl.trans(c_od), s)
+            else:
+                for j in tl.static_range(8):
+                    cj = tl.load(Cent + ((w >> (3 * j)) & 7))
+                    if NORM_CORR:
+                        csq += tl.sum(cj * cj, 1)
+                    qj = tl.load(q_row + (8 * dg + j)[None, :], mask=row_ok[:, None], other=0.0).to(dot_t)
+                    s = tl.dot(qj, tl.trans(cj.to(dot_t)), s)
             if NORM_CORR:
                 kn = kn / tl.sqrt(csq + 1e-16)
             s = s * (kn * qk_scale)[None, :]
         elif KSPLIT:
             kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
-            c_lo = tl.load(Cent + (kb & 15))
-            c_hi = tl.load(Cent + (kb >> 4))
+            if CPAIR:  # one gather per index byte: both nibbles' centroids in dot_t
+                c_lo, c_hi = _centroid_pair(Cent, kb, dot_t)
+            else:
+                c_lo = tl.load(Cent + (kb & 15)).to(dot_t)
+                c_hi = tl.load(Cent + (kb >> 4)).to(dot_t)
             if NORM_CORR:
-                kn = kn / tl.sqrt(tl.sum(c_lo * c_lo, 1) + tl.sum(c_hi * c_hi, 1) + 1e-16)
-            s = tl.dot(q_ev, tl.trans(c_lo.to(dot_t)))
-            s = tl.dot(q_od, tl.trans(c_hi.to(dot_t)), s) * (kn * qk_scale)[None, :]
+                f_lo = c_lo.to(tl.float32)
+                f_hi = c_hi.to(tl.float32)
+                kn = kn / tl.sqrt(tl.sum(f_lo * f_lo, 1) + tl.sum(f_hi * f_hi, 1) + 1e-16)
+            s = tl.dot(q_ev, tl.trans(c_lo))
+            s = tl.dot(q_od, tl.trans(c_hi), s) * (kn * qk_scale)[None, :]
         else:
             kaddr = KV + base[:, None] + k_byte[None, :]
             r0 = tl.load(kaddr).to(tl.int32)

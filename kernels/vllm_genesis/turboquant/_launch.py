@@ -490,6 +490,40 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
     return PARTIAL_ORDER_V
 
 
+_PAIRS = None  # centroids tensor -> {(bits, bf16, version): pair table}
+
+
+def centroid_pairs(centroids: torch.Tensor, bits: int, bf16: bool) -> torch.Tensor:
+    """The MSE key paths' gather table: int32 ``[4 ** bits]`` whose entry ``u`` packs the
+    centroids of indices ``u % 2**bits`` (low half) and ``u >> bits`` (high half) as bf16 or
+    fp16 bit patterns, so that one gather serves two indices. Kept per centroids tensor (while
+    it lives and is not written), except when built inside a CUDA graph's capture."""
+    global _PAIRS
+    if _PAIRS is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        _PAIRS = WeakIdKeyDictionary()
+    key = (bits, bf16, centroids._version)
+    known = _PAIRS.get(centroids, {})
+    if key in known:
+        return known[key]
+    n = 1 << bits
+    half = centroids.reshape(-1)[:n].to(torch.bfloat16 if bf16 else torch.float16)
+    bits16 = half.view(torch.int16).to(torch.int32) & 0xFFFF
+    u = torch.arange(n * n, device=centroids.device)
+    pairs = (bits16[u % n] | (bits16[u // n] << 16)).contiguous()
+    if not (centroids.is_cuda and torch.cuda.is_current_stream_capturing()):
+        _PAIRS[centroids] = {key: pairs}
+    return pairs
+
+
+def _pair_gathers(layout: TQLayout, head_dim: int) -> bool:
+    """MSE keys read as index bytes split in nibbles (4-bit) or 24-bit groups (3-bit)."""
+    if layout.key_fp8:
+        return False
+    return (layout.mse_bits == 4 and head_dim >= 32) or (layout.mse_bits == 3 and head_dim >= 128)
+
+
 def split_workspace(
     batch: int, num_kv_heads: int, num_splits: int, rows: int, head_dim: int, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -544,6 +578,7 @@ def run_attention(
         if centroids is None or PiT is None:
             raise ValueError("MSE key presets need centroids and PiT")
         qr = (query.float() @ PiT.float()).contiguous()
+        given_centroids = centroids
         centroids = centroids.float().contiguous()
     if centroids is None:
         centroids = query  # never read on the fp8 path
@@ -622,6 +657,9 @@ def run_attention(
             extra["HEAD_MAJOR"] = True
         if tiles.fused_sums:
             extra["FUSE_SUMS"] = True
+        if _pair_gathers(layout, D):
+            extra["CPAIR"] = True
+            centroids = centroid_pairs(given_centroids, layout.mse_bits, dot_bf16)
     if tiles.maxnreg:
         extra["maxnreg"] = tiles.maxnreg
     if tiles.words and kern is _tq_split_kernel and words_ok and D >= 128:
