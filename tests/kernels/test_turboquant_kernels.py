@@ -238,14 +238,24 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
 
 def test_default_tiles_for_mse_keys_use_one_stage():
     """MSE-key presets take the byte path with one stage (not Triton's pipeliner, which
-    waited for every step's own copies): decode 32-token tiles (4 warps for few pairs, 2 for
-    many), verify 16-token tiles for few pairs, 64 for many."""
-    from vllm_genesis.turboquant._launch import default_tiles, launch_plan
+    waited for every step's own copies): at most 16 rows, one warp at D <= 128 (16-token
+    tiles for 3-bit keys, 32 for 4-bit) and at D = 256 4 warps for few pairs (128 / 64-token
+    tiles) or 2 warps x 32 tokens for many; more rows, 16-token tiles for few pairs, 64 for
+    many. The plan of a call follows its layout's key bits."""
+    from vllm_genesis.turboquant._launch import cache_plan, default_tiles, launch_plan
 
-    for m_pad, pairs, want in [(16, 4, (32, 4)), (16, 64, (32, 2)), (64, 4, (16, 4)), (64, 64, (64, 4))]:
-        t = default_tiles(256, m_pad, False, pairs, 32768, False)
-        assert (t.kernel, t.num_stages, (t.block_n, t.num_warps)) == ("n", 1, want)
+    for d, m_pad, pairs, bits, want in [
+        (256, 16, 4, 4, (64, 4)), (256, 16, 4, 3, (128, 4)), (256, 16, 64, 4, (32, 2)), (256, 16, 64, 3, (32, 2)),
+        (128, 16, 4, 4, (32, 1)), (128, 16, 64, 3, (16, 1)), (64, 16, 256, 4, (32, 1)),
+        (256, 64, 4, 3, (16, 4)), (256, 64, 64, 4, (64, 4)), (128, 32, 64, 3, (64, 4)),
+    ]:
+        t = default_tiles(d, m_pad, False, pairs, 32768, False, mse_bits=bits)
+        assert (t.kernel, t.num_stages, (t.block_n, t.num_warps)) == ("n", 1, want), (d, m_pad, pairs, bits)
     assert launch_plan(1, 4, 256, 6, 6, False, 32768, False, 132)[0] == default_tiles(256, 64, False, 4, 32768, False)
+    for preset, block_n in [("turboquant_4bit_nc", 64), ("turboquant_3bit_nc", 128), ("turboquant_k3v4_nc", 128)]:
+        lay = TQLayout.from_preset(preset, 256)
+        cache = torch.empty(4, 16, 4, lay.slot_size_aligned, dtype=torch.uint8)
+        assert cache_plan(cache, 1, 256, 6, 1, lay, 32768)[0].block_n == block_n
 
 
 def test_default_tiles_pick_per_warp_kernel_for_many_pairs():

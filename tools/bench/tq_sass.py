@@ -34,19 +34,23 @@ PTR = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*
 INTS = ["stride_qt", "stride_qh", "stride_kb", "stride_kp", "stride_kh", "stride_bt", "num_splits"]
 
 
-def compile_stage1(fn, *, G, QL, D, Hk, block_n, warps, stages, extra, page=16, maxnreg=None, m_pad=None):
-    lay = TQLayout.from_preset("turboquant_k8v4", D)
+def compile_stage1(fn, *, G, QL, D, Hk, block_n, warps, stages, extra, page=16, maxnreg=None, m_pad=None,
+                   preset="turboquant_k8v4"):
+    lay = TQLayout.from_preset(preset, D)
     slot = lay.slot_size_aligned
     rows = G * QL
     m_pad = m_pad or max(16, 1 << (rows - 1).bit_length())
-    consts = dict(HK=Hk, G=G, QL=QL, ROWS=rows, M_PAD=m_pad, D=D, PAGE=page, KEY_FP8=True, MSE_BITS=0,
-                  NORM_CORR=False, VQB=4, KPS=D, VAL_BYTES=D // 2, BLOCK_N=block_n, ALIGN=4, RAW_TAIL=QL > 1,
-                  HAS_QSTART=QL > 1, FP8_E4B15=0, DOT_BF16=False, **extra)
+    consts = dict(HK=Hk, G=G, QL=QL, ROWS=rows, M_PAD=m_pad, D=D, PAGE=page, KEY_FP8=lay.key_fp8,
+                  MSE_BITS=lay.mse_bits, NORM_CORR=lay.norm_correction, VQB=lay.value_bits, KPS=lay.key_packed_size,
+                  VAL_BYTES=lay.value_data_bytes, BLOCK_N=block_n, ALIGN=4 if slot % 4 == 0 else 2,
+                  RAW_TAIL=QL > 1, HAS_QSTART=QL > 1, FP8_E4B15=0, DOT_BF16=False, **extra)
     jit = fn
     names = jit.arg_names
     sig = {}
     for n in names:
-        if n in PTR:
+        if n == "Cent" and not lay.key_fp8:  # MSE keys: fp32 centroids or int32 centroid pairs
+            sig[n] = "*i32" if extra.get("CPAIR") else "*fp32"
+        elif n in PTR:
             sig[n] = PTR[n]
         elif n in INTS:
             sig[n] = "i32"
@@ -142,6 +146,15 @@ CONFIGS = {
     "w32x2 D256 G6 s2 vsplit2": ("w", 6, 1, 256, 4, 32, 2, 2, dict(ASM=True, NW=2, VSPLIT=2), None),
     "n64 D256 G6 pf W4 (default B=1)": ("n", 6, 1, 256, 4, 64, 4, 1, dict(PREFETCH=True, WORDS=4, SZW=True, FUSE_SUMS=True), None),
     "w32x2 D128 G4 s3": ("w", 4, 1, 128, 8, 32, 2, 3, dict(ASM=True, NW=2), None),
+    # MSE-key presets (name: preset after the "|"), with and without the centroid-pair table
+    "n32x4 D256 G6 pairs | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None),
+    "n32x4 D256 G6 per-index | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, {}, None),
+    "n64x4 D256 G6 pairs (default few pairs) | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True), None),
+    "n32x4 D256 G6 pairs | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None),
+    "n32x4 D256 G6 per-index | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, {}, None),
+    "n128x4 D256 G6 pairs (default few pairs) | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 128, 4, 1, dict(CPAIR=True), None),
+    "n32x2 D128 G4 pairs | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 2, 1, dict(CPAIR=True), None),
+    "n32x2 D128 G4 per-index | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 2, 1, {}, None),
 }
 
 
@@ -154,8 +167,10 @@ def main():
         if a.only and a.only not in name:
             continue
         fn = {"n": K._tq_split_kernel, "w": K._tq_split_kernel_w}[kind]
+        preset = name.split("| ")[1] if "| " in name else "turboquant_k8v4"
         try:
-            ck = compile_stage1(fn, G=G, QL=QL, D=D, Hk=Hk, block_n=bn, warps=w, stages=st, extra=extra, maxnreg=mr)
+            ck = compile_stage1(fn, G=G, QL=QL, D=D, Hk=Hk, block_n=bn, warps=w, stages=st, extra=extra, maxnreg=mr,
+                                preset=preset)
         except Exception as exc:  # noqa: BLE001
             print(f"{name}: compile failed: {type(exc).__name__}: {str(exc)[-1500:]}")
             continue

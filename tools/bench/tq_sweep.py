@@ -8,7 +8,9 @@ configuration is always timed first, as the anchor of the run.
 
     python tools/bench/tq_sweep.py --row 1 --tiles 'T(64, 4, 5, "q", 2)' --tiles 'T(64, 4, 5, "q", 2, key2d=True)@96'
 
-A variant is a TileConfig expression (``T`` = TileConfig), optionally ``@S`` for a split count.
+A variant is a TileConfig expression (``T`` = TileConfig), optionally ``@S`` for a split count,
+``default`` (the launcher's plan again) or ``no-pairs`` (the plan with MSE keys gathered one
+centroid per index instead of from ``centroid_pairs``' table: an A/B in one process).
 ``--preset`` picks another cache preset than k8v4 for every row (its cache then comes from
 ``reference.random_case``, quantised on the CPU: slower to build).
 """
@@ -46,11 +48,12 @@ def main() -> int:
     from vllm_genesis.turboquant._launch import TileConfig
     from vllm_genesis.turboquant.reference import random_case, reference_attention, rel_err
 
+    from vllm_genesis.turboquant import _launch
+
     bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
     if a.no_pdl:
-        from vllm_genesis.turboquant import _launch
-
         _launch.COMBINE_PDL = False
+    pair_gathers = _launch._pair_gathers
     results = []
     rows = [bench.ROWS[i] for i in a.row]
     rows += [bench.parse_row_spec(spec) for spec in a.row_spec]
@@ -86,7 +89,8 @@ def main() -> int:
         print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL} {a.preset}", flush=True)
         for spec in ["default"] + a.tiles:
             expr, _, s = spec.partition("@")
-            tiles = None if expr == "default" else eval(expr, {"T": TileConfig, "TileConfig": TileConfig})
+            _launch._pair_gathers = pair_gathers if expr != "no-pairs" else (lambda layout, head_dim: False)
+            tiles = None if expr in ("default", "no-pairs") else eval(expr, {"T": TileConfig, "TileConfig": TileConfig})
             splits = int(s) if s else None
             line = dict(row=[kind, B, L, Hq, Hk, D, QL], preset=a.preset, variant=spec)
             try:

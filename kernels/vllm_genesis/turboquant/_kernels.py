@@ -570,43 +570,55 @@ def _tq_split_kernel(
             w = tl.load(kaddr).to(tl.int32)
             w = w | (tl.load(kaddr + 1).to(tl.int32) << 8) | (tl.load(kaddr + 2).to(tl.int32) << 16)
             s = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
-            csq = tl.zeros([BLOCK_N], dtype=tl.float32)
             if CPAIR:
-                # one gather per two indices: 6 bits address a pair of centroids in dot_t
+                # one gather per two indices: 6 bits address a pair of centroids in dot_t; the
+                # squared norms summed by products with a ones operand (every row the same)
+                csq_m = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+                ones = tl.full([M_PAD, D // 8], 1.0, dot_t)
                 for j in tl.static_range(4):
                     c_ev, c_od = _centroid_pair(Cent, (w >> (6 * j)) & 63, dot_t)
                     if NORM_CORR:
-                        f_ev = c_ev.to(tl.float32)
-                        f_od = c_od.to(tl.float32)
-                        csq += tl.sum(f_ev * f_ev, 1) + tl.sum(f_od * f_od, 1)
+                        csq_m = tl.dot(ones, tl.trans(c_ev * c_ev), csq_m)
+                        csq_m = tl.dot(ones, tl.trans(c_od * c_od), csq_m)
                     qj = q_row + (8 * dg + 2 * j)[None, :]
                     qa = tl.load(qj, mask=row_ok[:, None], other=0.0).to(dot_t)
                     qb = tl.load(qj + 1, mask=row_ok[:, None], other=0.0).to(dot_t)
                     s = tl.dot(qa, tl.trans(c_ev), s)
                     s = tl.dot(qb, tl.trans(c_od), s)
+                if NORM_CORR:
+                    s = s * tl.math.rsqrt(csq_m + 1e-16)
             else:
+                csq = tl.zeros([BLOCK_N], dtype=tl.float32)
                 for j in tl.static_range(8):
                     cj = tl.load(Cent + ((w >> (3 * j)) & 7))
                     if NORM_CORR:
                         csq += tl.sum(cj * cj, 1)
                     qj = tl.load(q_row + (8 * dg + j)[None, :], mask=row_ok[:, None], other=0.0).to(dot_t)
                     s = tl.dot(qj, tl.trans(cj.to(dot_t)), s)
-            if NORM_CORR:
-                kn = kn / tl.sqrt(csq + 1e-16)
+                if NORM_CORR:
+                    kn = kn / tl.sqrt(csq + 1e-16)
             s = s * (kn * qk_scale)[None, :]
         elif KSPLIT:
             kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
-            if CPAIR:  # one gather per index byte: both nibbles' centroids in dot_t
+            if CPAIR:
+                # one gather per index byte: both nibbles' centroids in dot_t; the squared norms
+                # summed by products with a ones operand (every row the same), not reductions
                 c_lo, c_hi = _centroid_pair(Cent, kb, dot_t)
+                s = tl.dot(q_ev, tl.trans(c_lo))
+                s = tl.dot(q_od, tl.trans(c_hi), s)
+                if NORM_CORR:
+                    ones = tl.full([M_PAD, D // 2], 1.0, dot_t)
+                    csq_m = tl.dot(ones, tl.trans(c_lo * c_lo))
+                    csq_m = tl.dot(ones, tl.trans(c_hi * c_hi), csq_m)
+                    s = s * tl.math.rsqrt(csq_m + 1e-16)
+                s = s * (kn * qk_scale)[None, :]
             else:
-                c_lo = tl.load(Cent + (kb & 15)).to(dot_t)
-                c_hi = tl.load(Cent + (kb >> 4)).to(dot_t)
-            if NORM_CORR:
-                f_lo = c_lo.to(tl.float32)
-                f_hi = c_hi.to(tl.float32)
-                kn = kn / tl.sqrt(tl.sum(f_lo * f_lo, 1) + tl.sum(f_hi * f_hi, 1) + 1e-16)
-            s = tl.dot(q_ev, tl.trans(c_lo))
-            s = tl.dot(q_od, tl.trans(c_hi), s) * (kn * qk_scale)[None, :]
+                c_lo = tl.load(Cent + (kb & 15))
+                c_hi = tl.load(Cent + (kb >> 4))
+                if NORM_CORR:
+                    kn = kn / tl.sqrt(tl.sum(c_lo * c_lo, 1) + tl.sum(c_hi * c_hi, 1) + 1e-16)
+                s = tl.dot(q_ev, tl.trans(c_lo.to(dot_t)))
+                s = tl.dot(q_od, tl.trans(c_hi.to(dot_t)), s) * (kn * qk_scale)[None, :]
         else:
             kaddr = KV + base[:, None] + k_byte[None, :]
             r0 = tl.load(kaddr).to(tl.int32)

@@ -118,12 +118,15 @@ def default_tiles(
     max_context: int = 0,
     words_ok: bool = True,
     fp8_mma: bool = False,
+    mse_bits: int = 4,
 ) -> TileConfig:
     """Tile shapes per row count (rows = query tokens x group size) and grid size.
 
-    Picked from H200 sweeps (docs/KERNELS.md). MSE-key presets: the byte path with one stage
-    (no software pipelining; decode: 32-token tiles, 4 warps for few pairs, 2 for many;
-    verify: 16-token tiles for few pairs, 64 for many). fp8 keys: few (sequence, KV head) pairs -> 64-token
+    Picked from H200 sweeps (docs/KERNELS.md). MSE-key presets (``mse_bits``: 3 or 4): the
+    byte path with one stage (no software pipelining); at most 16 rows: one warp at D <= 128
+    (16-token tiles for 3-bit keys, 32 for 4-bit), at D = 256 4 warps for few pairs (128-token
+    tiles for 3-bit keys, 64 for 4-bit) and 32-token tiles of 2 warps for many; more rows:
+    16-token tiles for few pairs, 64 for many. fp8 keys: few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
     at D = 128 and at most 16 rows (decode; verify with K+1 x group <= 16) -> the
     per-warp-state kernel ("w"), 2 warps x 16 tokens, on
@@ -144,7 +147,11 @@ def default_tiles(
         # 2.4-4x slower)
         if m_pad > 16:
             return TileConfig(16 if programs < 32 else 64, 4, 1)
-        return TileConfig(32, 4 if programs < 32 else 2, 1)
+        if head_dim <= 128:
+            return TileConfig(16 if mse_bits == 3 else 32, 1, 1)
+        if programs < 32:
+            return TileConfig(128 if mse_bits == 3 else 64, 4, 1)
+        return TileConfig(32, 2, 1)
     if m_pad > 16:
         if fp8_mma and words_ok and head_dim in (128, 256) and m_pad <= 64:
             # kernel "v" (Hopper warp-group products; the launcher runs kernel "q" where it
@@ -216,12 +223,13 @@ def default_num_splits(
 def launch_plan(
     batch: int, num_kv_heads: int, head_dim: int, group: int, query_len: int, key_fp8: bool, max_context: int,
     words_ok: bool, n_sms: int, *, tiles: TileConfig | None = None, num_splits: int | None = None,
-    fp8_mma: bool = False,
+    fp8_mma: bool = False, mse_bits: int = 4,
 ) -> tuple[TileConfig, int]:
     """The tiles and split count ``run_attention`` launches with (``None``: its defaults)."""
     m_pad = max(16, next_pow2(query_len * group))
     if tiles is None:
-        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, fp8_mma)
+        tiles = default_tiles(head_dim, m_pad, key_fp8, batch * num_kv_heads, max_context, words_ok, fp8_mma,
+                              mse_bits)
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_context, n_sms, tiles, words_ok, head_dim)
     return tiles, int(num_splits)
@@ -267,7 +275,7 @@ def cache_plan(
     return launch_plan(
         batch, kv_cache.shape[2], head_dim, group, query_len, layout.key_fp8, max_context,
         cache_words_ok(layout, kv_cache), num_sms(dev_index), tiles=tiles, num_splits=num_splits,
-        fp8_mma=fp8_mma_default(dev_index),
+        fp8_mma=fp8_mma_default(dev_index), mse_bits=layout.mse_bits,
     )
 
 
