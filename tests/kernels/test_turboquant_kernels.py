@@ -239,18 +239,20 @@ def test_per_warp_state_kernel(hq, hk, page, pf):
 def test_default_tiles_for_mse_keys_use_one_stage():
     """MSE-key presets take the byte path with one stage (not Triton's pipeliner, which
     waited for every step's own copies): at most 16 rows, one warp at D <= 128 (16-token
-    tiles for 3-bit keys, 32 for 4-bit) and at D = 256 4 warps for few pairs (128 / 64-token
-    tiles) or 2 warps x 32 tokens for many; more rows, 16-token tiles for few pairs, 64 for
-    many. The plan of a call follows its layout's key bits."""
+    tiles for 3-bit keys, prefetched, 32 for 4-bit) and at D = 256 4 warps for few pairs (128
+    / 64-token tiles, the 64 prefetched) or 2 warps x 32 tokens for many; more rows, 16-token
+    tiles for few pairs, 64 for many. The plan of a call follows its layout's key bits."""
     from vllm_genesis.turboquant._launch import cache_plan, default_tiles, launch_plan
 
-    for d, m_pad, pairs, bits, want in [
-        (256, 16, 4, 4, (64, 4)), (256, 16, 4, 3, (128, 4)), (256, 16, 64, 4, (32, 2)), (256, 16, 64, 3, (32, 2)),
-        (128, 16, 4, 4, (32, 1)), (128, 16, 64, 3, (16, 1)), (64, 16, 256, 4, (32, 1)),
-        (256, 64, 4, 3, (16, 4)), (256, 64, 64, 4, (64, 4)), (128, 32, 64, 3, (64, 4)),
+    for d, m_pad, pairs, bits, want, prefetch in [
+        (256, 16, 4, 4, (64, 4), True), (256, 16, 4, 3, (128, 4), False), (256, 16, 64, 4, (32, 2), False),
+        (256, 16, 64, 3, (32, 2), False), (128, 16, 4, 4, (32, 1), False), (128, 16, 64, 3, (16, 1), True),
+        (64, 16, 256, 4, (32, 1), False), (256, 64, 4, 3, (16, 4), False), (256, 64, 64, 4, (64, 4), False),
+        (128, 32, 64, 3, (64, 4), False),
     ]:
         t = default_tiles(d, m_pad, False, pairs, 32768, False, mse_bits=bits)
         assert (t.kernel, t.num_stages, (t.block_n, t.num_warps)) == ("n", 1, want), (d, m_pad, pairs, bits)
+        assert bool(t.prefetch) == prefetch, (d, m_pad, pairs, bits)
     assert launch_plan(1, 4, 256, 6, 6, False, 32768, False, 132)[0] == default_tiles(256, 64, False, 4, 32768, False)
     for preset, block_n in [("turboquant_4bit_nc", 64), ("turboquant_3bit_nc", 128), ("turboquant_k3v4_nc", 128)]:
         lay = TQLayout.from_preset(preset, 256)
@@ -662,6 +664,27 @@ def test_mse_pair_gathers_match_per_index_gathers(preset, head_dim, monkeypatch)
     assert not torch.isnan(paired).any()
     assert rel_err(paired, single) < 2e-3
     assert rel_err(paired, _ref(c, lay)) < DEQ_BOUND
+
+
+@pytest.mark.parametrize("preset,head_dim", [("turboquant_4bit_nc", 64), ("turboquant_k3v4_nc", 128)])
+def test_mse_tile_prefetch_matches_plain_loads(preset, head_dim):
+    """MSE keys with 4-bit values, PREFETCH: each step requests the next tile's bytes. The
+    result equals the plain loads' and float64's, with splits past the end of short sequences
+    and a verify request whose whole context is its raw tail (no cached token)."""
+    lay = TQLayout.from_preset(preset, head_dim)
+    c = random_case(seq_lens=[45, 150, 3], num_heads=8, num_kv_heads=2, head_dim=head_dim, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(31), device=DEV)
+    runs = [_run_decode(c, lay, num_splits=6, tiles=TileConfig(16, 4, 1, "n", pf)).float() for pf in (True, False)]
+    assert not torch.isnan(runs[0]).any()
+    assert torch.equal(runs[0], runs[1])
+    assert rel_err(runs[0], _ref(c, lay)) < DEQ_BOUND
+    v = random_case(seq_lens=[40, 5, 70], query_lens=[3, 5, 2], num_heads=8, num_kv_heads=2, head_dim=head_dim,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(32), device=DEV,
+                    store_tail=False)
+    runs = [_run_verify(v, lay, num_splits=4, tiles=TileConfig(16, 4, 1, "n", pf)).float() for pf in (True, False)]
+    assert not torch.isnan(runs[0]).any()
+    assert torch.equal(runs[0], runs[1])
+    assert rel_err(runs[0], _ref(v, lay, verify=True)) < DEQ_BOUND
 
 
 def test_decode_split_count_does_not_change_the_result():

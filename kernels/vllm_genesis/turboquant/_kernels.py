@@ -171,6 +171,33 @@ def _centroid_pair(Pairs, idx, dot_t: tl.constexpr):
     return lo, hi
 
 
+@triton.jit
+def _mse_tile_bytes(KV, bt_row, kv_head, n0, end, stride_kb, stride_kp, PAGE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, ALIGN: tl.constexpr, KPS: tl.constexpr, VAL_BYTES: tl.constexpr,
+                    D: tl.constexpr, K3G: tl.constexpr):
+    """The raw bytes of the tile at ``n0`` for MSE keys with 4-bit values: key norms, index
+    bytes (4-bit keys: ``[BLOCK_N, D / 2]``; 3-bit keys: the three bytes of each 24-bit
+    group), codes, scales and zeros. Tokens past ``end`` re-read the last one, and a tile
+    that starts past it reads block 0's rows (in bounds, never used)."""
+    pos_c = tl.maximum(tl.minimum(n0 + tl.arange(0, BLOCK_N), end - 1), 0)
+    live = (n0 + tl.zeros([BLOCK_N], dtype=tl.int32)) < end
+    blk = tl.load(bt_row + pos_c // PAGE, mask=live, other=0).to(tl.int64)
+    base = tl.multiple_of(blk * stride_kb + kv_head + (pos_c % PAGE).to(tl.int64) * stride_kp, ALIGN)
+    kn = tl.load((KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16)))
+    if K3G:
+        kaddr = KV + base[:, None] + 3 * tl.arange(0, D // 8)[None, :]
+        k0 = tl.load(kaddr)
+        k1 = tl.load(kaddr + 1)
+        k2 = tl.load(kaddr + 2)
+    else:
+        k0 = tl.load(KV + base[:, None] + tl.arange(0, D // 2)[None, :])
+        k1 = k0
+        k2 = k0
+    vb = tl.load(KV + base[:, None] + KPS + tl.arange(0, D // 2)[None, :])
+    sz = (KV + base + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
+    return kn, k0, k1, k2, vb, tl.load(sz), tl.load(sz + 1)
+
+
 @triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
 def _tq_split_kernel(
     QR,  # [T, Hq, D] query (rotated for MSE keys), any float dtype
@@ -541,9 +568,20 @@ def _tq_split_kernel(
             acc_lo = tl.dot(ps, lo, acc_lo * alpha[:, None])
             acc_hi = tl.dot(ps, hi, acc_hi * alpha[:, None])
         end = start
+    # MSE keys and 4-bit values, PREFETCH: each step requests the next tile's bytes before
+    # it computes on the ones the step before requested
+    MPF: tl.constexpr = PREFETCH and (not KEY_FP8) and (KSPLIT or K3G) and VSPLIT
+    if MPF:
+        n_kn, n_k0, n_k1, n_k2, n_vb, n_vs, n_vz = _mse_tile_bytes(
+            KV, bt_row, kv_head, start, end, stride_kb, stride_kp, PAGE, BLOCK_N, ALIGN, KPS, VAL_BYTES, D, K3G)
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n
         pmask = pos < end
+        if MPF:
+            t_kn, t_k0, t_k1, t_k2, t_vb, t_vs, t_vz = n_kn, n_k0, n_k1, n_k2, n_vb, n_vs, n_vz
+            n_kn, n_k0, n_k1, n_k2, n_vb, n_vs, n_vz = _mse_tile_bytes(
+                KV, bt_row, kv_head, n0 + BLOCK_N, end, stride_kb, stride_kp, PAGE, BLOCK_N, ALIGN, KPS, VAL_BYTES,
+                D, K3G)
         # Rows past the end re-read the last valid token (finite bytes, score masked
         # to -inf below), so the cache loads need no predicate.
         pos_c = tl.minimum(pos, end - 1)
@@ -555,7 +593,9 @@ def _tq_split_kernel(
         base = tl.multiple_of(base, ALIGN)
 
         # ---- keys -> scores [M_PAD, BLOCK_N]
-        if not KEY_FP8:  # MSE keys: the key norm follows the indices
+        if MPF:
+            kn = t_kn.to(tl.float32)
+        elif not KEY_FP8:  # MSE keys: the key norm follows the indices
             kn = tl.load((KV + base + (KPS - 2)).to(tl.pointer_type(tl.float16))).to(tl.float32)
         if KEY_FP8:
             kb = tl.load(KV + base[:, None] + dd[None, :])
@@ -566,9 +606,12 @@ def _tq_split_kernel(
             s = tl.dot(q, tl.trans(k)) * qk_scale
         elif K3G:
             dg = tl.arange(0, D // 8)
-            kaddr = KV + base[:, None] + 3 * dg[None, :]
-            w = tl.load(kaddr).to(tl.int32)
-            w = w | (tl.load(kaddr + 1).to(tl.int32) << 8) | (tl.load(kaddr + 2).to(tl.int32) << 16)
+            if MPF:
+                w = t_k0.to(tl.int32) | (t_k1.to(tl.int32) << 8) | (t_k2.to(tl.int32) << 16)
+            else:
+                kaddr = KV + base[:, None] + 3 * dg[None, :]
+                w = tl.load(kaddr).to(tl.int32)
+                w = w | (tl.load(kaddr + 1).to(tl.int32) << 8) | (tl.load(kaddr + 2).to(tl.int32) << 16)
             s = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
             if CPAIR:
                 # one gather per two indices: 6 bits address a pair of centroids in dot_t; the
@@ -599,7 +642,10 @@ def _tq_split_kernel(
                     kn = kn / tl.sqrt(csq + 1e-16)
             s = s * (kn * qk_scale)[None, :]
         elif KSPLIT:
-            kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
+            if MPF:
+                kb = t_k0.to(tl.int32)
+            else:
+                kb = tl.load(KV + base[:, None] + dh[None, :]).to(tl.int32)
             if CPAIR:
                 # one gather per index byte: both nibbles' centroids in dot_t; the squared norms
                 # summed by products with a ones operand (every row the same), not reductions
@@ -641,15 +687,22 @@ def _tq_split_kernel(
         m_i = m_new
 
         # ---- values: P @ (code * scale + zero)
-        sz_ptr = (KV + base + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
-        vs = tl.load(sz_ptr).to(tl.float32)
-        vz = tl.load(sz_ptr + 1).to(tl.float32)
+        if MPF:
+            vs = t_vs.to(tl.float32)
+            vz = t_vz.to(tl.float32)
+        else:
+            sz_ptr = (KV + base + (KPS + VAL_BYTES)).to(tl.pointer_type(tl.float16))
+            vs = tl.load(sz_ptr).to(tl.float32)
+            vz = tl.load(sz_ptr + 1).to(tl.float32)
         ps = (p * vs[None, :]).to(tl.float16)
         # codes become fp16 by OR-ing them into the mantissa of 1024.0 and subtracting
         # 1024 in fp16 (exact; no int->float conversions)
         z_i = z_i * alpha + tl.sum(p * vz[None, :], 1)
         if VSPLIT:
-            vb = tl.load(KV + base[:, None] + KPS + dh[None, :]).to(tl.uint16)
+            if MPF:
+                vb = t_vb.to(tl.uint16)
+            else:
+                vb = tl.load(KV + base[:, None] + KPS + dh[None, :]).to(tl.uint16)
             lo = (((vb & 15) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
             hi = (((vb >> 4) | 0x6400).to(tl.float16, bitcast=True) - 1024.0).to(tl.float16)
             acc_lo = tl.dot(ps, lo, acc_lo * alpha[:, None])

@@ -124,9 +124,10 @@ def default_tiles(
 
     Picked from H200 sweeps (docs/KERNELS.md). MSE-key presets (``mse_bits``: 3 or 4): the
     byte path with one stage (no software pipelining); at most 16 rows: one warp at D <= 128
-    (16-token tiles for 3-bit keys, 32 for 4-bit), at D = 256 4 warps for few pairs (128-token
-    tiles for 3-bit keys, 64 for 4-bit) and 32-token tiles of 2 warps for many; more rows:
-    16-token tiles for few pairs, 64 for many. fp8 keys: few (sequence, KV head) pairs -> 64-token
+    (16-token tiles for 3-bit keys, with the next tile's bytes prefetched, 32 for 4-bit), at
+    D = 256 4 warps for few pairs (128-token tiles for 3-bit keys, 64 for 4-bit, prefetched)
+    and 32-token tiles of 2 warps for many; more rows: 16-token tiles for few pairs, 64 for
+    many. fp8 keys: few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
     at D = 128 and at most 16 rows (decode; verify with K+1 x group <= 16) -> the
     per-warp-state kernel ("w"), 2 warps x 16 tokens, on
@@ -147,10 +148,11 @@ def default_tiles(
         # 2.4-4x slower)
         if m_pad > 16:
             return TileConfig(16 if programs < 32 else 64, 4, 1)
+        # PREFETCH: the next tile's bytes requested a step ahead (4-bit values only)
         if head_dim <= 128:
-            return TileConfig(16 if mse_bits == 3 else 32, 1, 1)
+            return TileConfig(16, 1, 1, "n", True) if mse_bits == 3 else TileConfig(32, 1, 1)
         if programs < 32:
-            return TileConfig(128 if mse_bits == 3 else 64, 4, 1)
+            return TileConfig(128, 4, 1) if mse_bits == 3 else TileConfig(64, 4, 1, "n", True)
         return TileConfig(32, 2, 1)
     if m_pad > 16:
         if fp8_mma and words_ok and head_dim in (128, 256) and m_pad <= 64:
