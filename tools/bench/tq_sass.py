@@ -149,12 +149,17 @@ CONFIGS = {
     # MSE-key presets (name: preset after the "|"), with and without the centroid-pair table
     "n32x4 D256 G6 pairs | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None),
     "n32x4 D256 G6 per-index | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, {}, None),
-    "n64x4 D256 G6 pairs (default few pairs) | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True), None),
+    "n64x4 D256 G6 pairs | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True), None),
+    "n64x4 D256 G6 pairs pf (default few pairs) | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True, PREFETCH=True), None),
     "n32x4 D256 G6 pairs | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None),
     "n32x4 D256 G6 per-index | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, {}, None),
     "n128x4 D256 G6 pairs (default few pairs) | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 128, 4, 1, dict(CPAIR=True), None),
     "n32x2 D128 G4 pairs | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 2, 1, dict(CPAIR=True), None),
     "n32x2 D128 G4 per-index | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 2, 1, {}, None),
+    "n32x1 D128 G4 pairs (default) | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 1, 1, dict(CPAIR=True), None),
+    "n32x1 D128 G4 pairs pf | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 1, 1, dict(CPAIR=True, PREFETCH=True), None),
+    "n16x1 D128 G4 pairs | turboquant_k3v4_nc": ("n", 4, 1, 128, 8, 16, 1, 1, dict(CPAIR=True), None),
+    "n16x1 D128 G4 pairs pf (default) | turboquant_k3v4_nc": ("n", 4, 1, 128, 8, 16, 1, 1, dict(CPAIR=True, PREFETCH=True), None),
 }
 
 

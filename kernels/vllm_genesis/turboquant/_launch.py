@@ -500,7 +500,7 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
     return PARTIAL_ORDER_V
 
 
-_PAIRS = None  # centroids tensor -> {(bits, bf16, version): pair table}
+_PAIRS = None  # centroids tensor -> (its version, {(bits, bf16): pair table})
 
 
 def centroid_pairs(centroids: torch.Tensor, bits: int, bf16: bool) -> torch.Tensor:
@@ -513,8 +513,10 @@ def centroid_pairs(centroids: torch.Tensor, bits: int, bf16: bool) -> torch.Tens
         from torch.utils.weak import WeakIdKeyDictionary
 
         _PAIRS = WeakIdKeyDictionary()
-    key = (bits, bf16, centroids._version)
-    known = _PAIRS.get(centroids, {})
+    key = (bits, bf16)
+    version, known = _PAIRS.get(centroids, (None, {}))
+    if version != centroids._version:
+        known = {}
     if key in known:
         return known[key]
     n = 1 << bits
@@ -523,7 +525,7 @@ def centroid_pairs(centroids: torch.Tensor, bits: int, bf16: bool) -> torch.Tens
     u = torch.arange(n * n, device=centroids.device)
     pairs = (bits16[u % n] | (bits16[u // n] << 16)).contiguous()
     if not (centroids.is_cuda and torch.cuda.is_current_stream_capturing()):
-        _PAIRS[centroids] = {key: pairs}
+        _PAIRS[centroids] = (centroids._version, {**known, key: pairs})
     return pairs
 
 
