@@ -999,7 +999,7 @@ def test_verify_beyond_64_rows_splits_the_query_tokens():
 # Builds one Gluon kernel of the package for sm_90: argv = module, kernel, its constexprs (a
 # Python expression; ``M`` is the module); prints the counts the tests look at, as JSON.
 _GLUON_SM90_BUILD = """
-import importlib, inspect, json, sys
+import importlib, inspect, json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
@@ -1034,7 +1034,9 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     # and the first wait after those products; waits that leave one group running
                     "scores_at": ptx.rfind("e4m3.e4m3"), "store_at": ptx.rfind("st.shared"),
                     "scores_wait_at": ptx.find("wgmma.wait_group", ptx.rfind("e4m3.e4m3")),
-                    "waits_leaving_one": ptx.count("wgmma.wait_group.sync.aligned 1;")}))
+                    "waits_leaving_one": ptx.count("wgmma.wait_group.sync.aligned 1;"),
+                    # the N sizes of the fp8 (scores) products
+                    "scores_n": sorted({int(n) for n in re.findall(r"m64n(\\d+)k32\\.f32\\.e4m3", ptx)})}))
 """
 
 
@@ -1083,8 +1085,9 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
     256 and 128, groups of 1 to 8 heads, pages of 16 to 128 tokens, 2 or 3 key stages, and
     verify rows (6 query tokens over two programs of 3 x 6 rows, 4 tokens x 8 heads in one).
     Per 64-token tile it copies the keys with D / 8 four-byte ``cp.async`` per thread (the
-    prologue fills STAGES - 1 stages) and runs D / 8 warp-group products (D / 32 k-steps x 2
-    query parts for the scores, D / 64 row blocks x 4 k-steps for the values; at D = 128 two
+    prologue fills STAGES - 1 stages) and runs 3 D / 32 warp-group products (D / 32 k-steps for
+    the scores, the two query parts stacked as the columns of one operand; D / 64 row blocks x
+    4 k-steps for the values; at D = 128 two
     lanes share each code word, each converting half of its codes); the only shared-memory
     store is the probability tile, and no
     operand is read back from shared memory into registers (the products read the keys and the
@@ -1096,7 +1099,8 @@ def test_hopper_decode_reads_keys_and_probabilities_from_shared_memory(group, pa
                   R=max(8, 1 << (qpp * group - 1).bit_length()), QL=ql, QPP=qpp, RSPLIT=-(-ql // qpp),
                   HAS_QSTART=ql > 1, PDL=bool(pdl))
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
-    assert got["wgmma"] == 2 * (d // 32) + (d // 64) * 4
+    assert got["wgmma"] == d // 32 + (d // 64) * 4
+    assert got["scores_n"] == [2 * consts["R"]]  # [hi rows; lo rows]: one operand of 2 R columns
     assert got["cp_async"] == d // 8 * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 0
     assert got["launch_dependents"] == pdl
@@ -1117,7 +1121,7 @@ def test_hopper_decode_prefetch_build(d, ql, qpp):
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
     assert got["prefetch"] == 1
     assert got["copies_at"] < got["prefetch_at"] < got["last_product_at"]  # after the prologue's copies
-    assert got["wgmma"] == 2 * (d // 32) + (d // 64) * 4 and got["cp_async"] == d // 8 * 2
+    assert got["wgmma"] == d // 32 + (d // 64) * 4 and got["cp_async"] == d // 8 * 2
 
 
 @pytest.mark.parametrize("stages", [2, 3])
@@ -1128,7 +1132,7 @@ def test_hopper_decode_early_build_waits_before_the_cache(stages):
     consts = dict(HK=4, G=6, D=256, PAGE=16, STAGES=stages, SKP=4 * 388, SKH=388, R=8, PDL=True, EARLY=True)
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
     assert got["wait_prior"] == 1 and got["wait_before_copies"]
-    assert got["wgmma"] == 2 * 8 + 4 * 4 and got["cp_async"] == 32 * stages
+    assert got["wgmma"] == 8 + 4 * 4 and got["cp_async"] == 32 * stages
     assert got["launch_dependents"] == 1
 
 
@@ -1139,7 +1143,7 @@ def test_hopper_decode_timeline_build():
     consts = dict(HK=4, G=6, D=256, PAGE=16, STAGES=2, SKP=4 * 388, SKH=388, R=8, PDL=False, TL_ON=True)
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
     assert got["timer"] == 3
-    assert got["wgmma"] == 2 * 8 + 4 * 4 and got["cp_async"] == 32 * 2
+    assert got["wgmma"] == 8 + 4 * 4 and got["cp_async"] == 32 * 2
 
 
 @pytest.mark.parametrize("group,page,stages,ql,bn,pdl,d", [(6, 16, 2, 6, 64, 1, 256), (8, 128, 3, 8, 64, 0, 256),

@@ -6,8 +6,9 @@ of the group (up to 8) on the products' N side:
 * scores^T = K Q^T: the tile's fp8 keys are copied into shared memory as they lie in the
   cache (``cp.async``, a ring of stages) and are the A operand of fp8 warp-group products
   read from there: no per-thread key registers and no conversions. The query is split into
-  two fp8 parts (hi + lo, exact for bf16 queries of normal range, as kernel "q") kept in
-  shared memory as the B operand;
+  two fp8 parts (hi + lo, exact for bf16 queries of normal range, as kernel "q") stacked in
+  shared memory as the 2 R columns of one B operand: one product a k step serves both parts,
+  and a thread, holding columns r and R + r of its rows, adds them in its registers;
 * the softmax runs on the scores^T accumulator (tokens on M across the four warps);
 * output^T = V^T P^T: the probabilities (times the value scales) go to shared memory as the
   B operand; the 4-bit codes are loaded into the registers of the A operand, each thread's
@@ -271,6 +272,7 @@ def _tq_decode_kernel_h(
     BN: gl.constexpr = 64
     ROWS: gl.constexpr = QL * G
     LS: gl.constexpr = _scores_layout(R)
+    LS2: gl.constexpr = _scores_layout(2 * R)  # the products' [hi | lo] columns
     LO: gl.constexpr = _output_layout(R)
     if D == 128:
         LW: gl.constexpr = _half_words_layout(False)
@@ -312,8 +314,9 @@ def _tq_decode_kernel_h(
              + gl.expand_dims(qcol, 0))
     qmask = gl.expand_dims(qok, 1) & gl.expand_dims(qcol >= 0, 0)
     qh, ql, inv = _q_split(gl.load(q_ptr, mask=qmask, other=0.0).to(gl.float32))
-    qh_s = gl.allocate_shared_memory(gl.float8e4nv, [R, D], SK, qh)
-    ql_s = gl.allocate_shared_memory(gl.float8e4nv, [R, D], SK, ql)
+    # [hi rows; lo rows]: one B operand of 2 R columns, so one product a k step serves both parts
+    q2_s = gl.allocate_shared_memory(gl.float8e4nv, [2 * R, D], SK,
+                                     gl.reshape(gl.permute(gl.join(qh, ql), (2, 0, 1)), [2 * R, D]))
     LRS: gl.constexpr = gl.SliceLayout(0, LS)
     LRO: gl.constexpr = gl.SliceLayout(0, LO)
     rsc = gl.convert_layout(inv, LRS) * qk_scale
@@ -389,8 +392,9 @@ def _tq_decode_kernel_h(
         async_copy.commit_group()
         kblk = _blocks(bt_row, pa + BN, last_page, PAGE)
         kcur = ksm.index(it % STAGES)
-        s = warpgroup_mma(kcur, ql_s.permute((1, 0)), gl.zeros([BN, R], gl.float32, layout=LS))
-        s = warpgroup_mma(kcur, qh_s.permute((1, 0)), s)
+        s2 = warpgroup_mma(kcur, q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
+        # a row's hi and lo columns (r, R + r) sit in the same thread's registers
+        s = gl.convert_layout(gl.sum(gl.reshape(s2, [BN, 2, R]), 1), LS, assert_trivial=True)
         s = s * gl.expand_dims(rsc, 0)
         valid = ps_ < end
         s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
