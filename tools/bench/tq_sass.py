@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Compile TurboQuant stage-1 kernels for sm_90 without a GPU and summarise their SASS.
 
-    PYTHONPATH=<triton 3.6 package dir> python tools/bench/tq_sass.py [--dump DIR]
+    PYTHONPATH=<triton 3.6 package dir> python tools/bench/tq_sass.py [--dump DIR] [--only TEXT]
 
 Uses ``triton.compile`` with an sm_90 target (Triton's bundled ptxas / cuobjdump), for the
 shapes of the benchmark rows, and prints registers, spills, shared memory and the SASS
 opcode counts of the main loop (the longest backward branch), divided by the tokens one
-loop iteration handles (warp instructions per token). A static count, not a measurement.
+loop iteration handles (warp instructions per token). A static count, not a measurement. The Triton kernels ("n", "w") and the Gluon kernel "h"
+(``H_CONFIGS``: its constexprs as the launcher passes them, loop instructions per warp and
+64-token tile) are covered.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import subprocess
 import sys
@@ -78,6 +81,30 @@ def compile_stage1(fn, *, G, QL, D, Hk, block_n, warps, stages, extra, page=16, 
         opts["maxnreg"] = maxnreg
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     return ck
+
+
+def compile_h(**consts):
+    """Kernel "h" for sm_90 with the launcher's constexprs (``consts``: HK, G, D, R, QL, QPP,
+    HAS_QSTART, PF, ...; the cache slot and strides follow from D and HK)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from vllm_genesis.turboquant._kernel_h import NUM_WARPS, _tq_decode_kernel_h as fn
+
+    d, hk = consts["D"], consts["HK"]
+    slot = d + d // 2 + 4
+    consts = dict(SKP=hk * slot, SKH=slot, PAGE=16, STAGES=2, PDL=True, TL=None) | consts
+    for name, par in inspect.signature(fn.fn).parameters.items():  # constexprs not given: their defaults
+        if "constexpr" in str(par.annotation) and par.default is not par.empty:
+            consts.setdefault(name, par.default)
+    ptrs = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "MidO": "*fp32",
+            "MidL": "*fp32"}
+    names = fn.arg_names
+    sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n in ptrs or n in ("stride_qt", "stride_qh", "stride_kw")}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
+                         attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
 
 
 def sass_of(ck) -> str:
@@ -163,6 +190,29 @@ CONFIGS = {
 }
 
 
+H_CONFIGS = {
+    # name: kernel "h"'s constexprs (one 64-token tile a loop iteration, 4 warps)
+    "h decode D256 G6": dict(HK=4, G=6, D=256, R=8),
+    "h decode D256 G6 pf": dict(HK=4, G=6, D=256, R=8, PF=1),
+    "h decode D128 G4": dict(HK=8, G=4, D=128, R=8),
+    "h verify D256 G6 K+1=2 (12 rows)": dict(HK=4, G=6, D=256, R=16, QL=2, QPP=2, HAS_QSTART=True),
+    "h verify D256 G6 K+1=4 (24 rows)": dict(HK=4, G=6, D=256, R=32, QL=4, QPP=4, HAS_QSTART=True),
+}
+
+
+def report(name, ck, tokens, warps, dump):
+    sass = sass_of(ck)
+    n, c = loop_stats(sass)
+    top = ", ".join(f"{k} {v}" for k, v in c.most_common(14))
+    print(f"{name}: {res_usage(ck)} dyn-smem {ck.metadata.shared} | loop {n} instr/warp, "
+          f"{n / tokens * warps:.1f} warp-instr/token | {top}", flush=True)
+    if dump:
+        Path(dump).mkdir(parents=True, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+        (Path(dump) / f"{safe}.sass").write_text(sass)
+        (Path(dump) / f"{safe}.ttgir").write_text(ck.asm["ttgir"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
@@ -179,17 +229,16 @@ def main():
         except Exception as exc:  # noqa: BLE001
             print(f"{name}: compile failed: {type(exc).__name__}: {str(exc)[-1500:]}")
             continue
-        sass = sass_of(ck)
-        n, c = loop_stats(sass)
-        tok = bn  # tokens of one loop iteration, per program
-        top = ", ".join(f"{k} {v}" for k, v in c.most_common(14))
-        print(f"{name}: {res_usage(ck)} dyn-smem {ck.metadata.shared} | loop {n} instr/warp, "
-              f"{n / tok * w:.1f} warp-instr/token | {top}", flush=True)
-        if a.dump:
-            Path(a.dump).mkdir(parents=True, exist_ok=True)
-            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-            (Path(a.dump) / f"{safe}.sass").write_text(sass)
-            (Path(a.dump) / f"{safe}.ttgir").write_text(ck.asm["ttgir"])
+        report(name, ck, bn, w, a.dump)
+    for name, consts in H_CONFIGS.items():
+        if a.only and a.only not in name:
+            continue
+        try:
+            ck = compile_h(**consts)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name}: compile failed: {type(exc).__name__}: {str(exc)[-1500:]}")
+            continue
+        report(name, ck, 64, 4, a.dump)
 
 
 if __name__ == "__main__":
