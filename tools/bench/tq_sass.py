@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "kernels"))
@@ -155,38 +156,54 @@ def loop_stats(sass: str):
     return len(body), c
 
 
+class Cfg(NamedTuple):
+    """A Triton stage-1 build: kernel ("n" or "w"), group, query tokens, head size, KV heads,
+    tile, warps, stages, extra constexprs, register cap, cache preset."""
+
+    kind: str
+    G: int
+    QL: int
+    D: int
+    Hk: int
+    block_n: int
+    warps: int
+    stages: int
+    extra: dict
+    maxnreg: int | None
+    preset: str = "turboquant_k8v4"
+
+
 CONFIGS = {
-    # name: (fn, G, QL, D, Hk, block_n, warps, stages, extra, maxnreg)
-    "n64 D128 G4 r168 (default B>=32 pairs)": ("n", 4, 1, 128, 8, 64, 4, 3, dict(SZW=True, FUSE_SUMS=True), 168),
-    "w64x4 D128 G4 pipeliner": ("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), None),
-    "w64x4 D128 G4 s2": ("w", 4, 1, 128, 8, 64, 4, 2, dict(ASM=True, NW=4), None),
-    "w64x4 D128 G4 pf": ("w", 4, 1, 128, 8, 64, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), None),
-    "w128x4 D128 G4 s2": ("w", 4, 1, 128, 8, 128, 4, 2, dict(ASM=True, NW=4), None),
-    "w128x4 D128 G4 pf": ("w", 4, 1, 128, 8, 128, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), None),
-    "w64x4 D128 G4 s3 r128": ("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), 128),
-    "w64x4 D128 G4 s2 r168": ("w", 4, 1, 128, 8, 64, 4, 2, dict(ASM=True, NW=4), 168),
-    "w64x4 D128 G4 s3 r168": ("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), 168),
-    "w64x4 D128 G4 pf r168": ("w", 4, 1, 128, 8, 64, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), 168),
-    "w64x4 D256 G6 s2 vsplit2": ("w", 6, 1, 256, 4, 64, 4, 2, dict(ASM=True, NW=4, VSPLIT=2), None),
-    "w64x4 D256 G6 pf vsplit2": ("w", 6, 1, 256, 4, 64, 4, 1, dict(ASM=True, NW=4, VSPLIT=2, PREFETCH=True), None),
-    "w64x4 D256 G6 s2 vsplit4": ("w", 6, 1, 256, 4, 64, 4, 2, dict(ASM=True, NW=4, VSPLIT=4), None),
-    "w32x2 D256 G6 s2 vsplit2": ("w", 6, 1, 256, 4, 32, 2, 2, dict(ASM=True, NW=2, VSPLIT=2), None),
-    "n64 D256 G6 pf W4 (default B=1)": ("n", 6, 1, 256, 4, 64, 4, 1, dict(PREFETCH=True, WORDS=4, SZW=True, FUSE_SUMS=True), None),
-    "w32x2 D128 G4 s3": ("w", 4, 1, 128, 8, 32, 2, 3, dict(ASM=True, NW=2), None),
-    # MSE-key presets (name: preset after the "|"), with and without the centroid-pair table
-    "n32x4 D256 G6 pairs | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None),
-    "n32x4 D256 G6 per-index | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, {}, None),
-    "n64x4 D256 G6 pairs | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True), None),
-    "n64x4 D256 G6 pairs pf (default few pairs) | turboquant_4bit_nc": ("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True, PREFETCH=True), None),
-    "n32x4 D256 G6 pairs | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None),
-    "n32x4 D256 G6 per-index | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 32, 4, 1, {}, None),
-    "n128x4 D256 G6 pairs (default few pairs) | turboquant_3bit_nc": ("n", 6, 1, 256, 4, 128, 4, 1, dict(CPAIR=True), None),
-    "n32x2 D128 G4 pairs | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 2, 1, dict(CPAIR=True), None),
-    "n32x2 D128 G4 per-index | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 2, 1, {}, None),
-    "n32x1 D128 G4 pairs (default) | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 1, 1, dict(CPAIR=True), None),
-    "n32x1 D128 G4 pairs pf | turboquant_4bit_nc": ("n", 4, 1, 128, 8, 32, 1, 1, dict(CPAIR=True, PREFETCH=True), None),
-    "n16x1 D128 G4 pairs | turboquant_k3v4_nc": ("n", 4, 1, 128, 8, 16, 1, 1, dict(CPAIR=True), None),
-    "n16x1 D128 G4 pairs pf (default) | turboquant_k3v4_nc": ("n", 4, 1, 128, 8, 16, 1, 1, dict(CPAIR=True, PREFETCH=True), None),
+    "n64 D128 G4 r168 (default B>=32 pairs)": Cfg("n", 4, 1, 128, 8, 64, 4, 3, dict(SZW=True, FUSE_SUMS=True), 168),
+    "w64x4 D128 G4 pipeliner": Cfg("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), None),
+    "w64x4 D128 G4 s2": Cfg("w", 4, 1, 128, 8, 64, 4, 2, dict(ASM=True, NW=4), None),
+    "w64x4 D128 G4 pf": Cfg("w", 4, 1, 128, 8, 64, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), None),
+    "w128x4 D128 G4 s2": Cfg("w", 4, 1, 128, 8, 128, 4, 2, dict(ASM=True, NW=4), None),
+    "w128x4 D128 G4 pf": Cfg("w", 4, 1, 128, 8, 128, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), None),
+    "w64x4 D128 G4 s3 r128": Cfg("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), 128),
+    "w64x4 D128 G4 s2 r168": Cfg("w", 4, 1, 128, 8, 64, 4, 2, dict(ASM=True, NW=4), 168),
+    "w64x4 D128 G4 s3 r168": Cfg("w", 4, 1, 128, 8, 64, 4, 3, dict(ASM=True, NW=4), 168),
+    "w64x4 D128 G4 pf r168": Cfg("w", 4, 1, 128, 8, 64, 4, 1, dict(ASM=True, NW=4, PREFETCH=True), 168),
+    "w64x4 D256 G6 s2 vsplit2": Cfg("w", 6, 1, 256, 4, 64, 4, 2, dict(ASM=True, NW=4, VSPLIT=2), None),
+    "w64x4 D256 G6 pf vsplit2": Cfg("w", 6, 1, 256, 4, 64, 4, 1, dict(ASM=True, NW=4, VSPLIT=2, PREFETCH=True), None),
+    "w64x4 D256 G6 s2 vsplit4": Cfg("w", 6, 1, 256, 4, 64, 4, 2, dict(ASM=True, NW=4, VSPLIT=4), None),
+    "w32x2 D256 G6 s2 vsplit2": Cfg("w", 6, 1, 256, 4, 32, 2, 2, dict(ASM=True, NW=2, VSPLIT=2), None),
+    "n64 D256 G6 pf W4 (default B=1)": Cfg("n", 6, 1, 256, 4, 64, 4, 1, dict(PREFETCH=True, WORDS=4, SZW=True, FUSE_SUMS=True), None),
+    "w32x2 D128 G4 s3": Cfg("w", 4, 1, 128, 8, 32, 2, 3, dict(ASM=True, NW=2), None),
+    # MSE-key presets, with and without the centroid-pair table
+    "n32x4 D256 G6 pairs 4bit_nc": Cfg("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None, "turboquant_4bit_nc"),
+    "n32x4 D256 G6 per-index 4bit_nc": Cfg("n", 6, 1, 256, 4, 32, 4, 1, {}, None, "turboquant_4bit_nc"),
+    "n64x4 D256 G6 pairs 4bit_nc": Cfg("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True), None, "turboquant_4bit_nc"),
+    "n64x4 D256 G6 pairs pf (default few pairs) 4bit_nc": Cfg("n", 6, 1, 256, 4, 64, 4, 1, dict(CPAIR=True, PREFETCH=True), None, "turboquant_4bit_nc"),
+    "n32x4 D256 G6 pairs 3bit_nc": Cfg("n", 6, 1, 256, 4, 32, 4, 1, dict(CPAIR=True), None, "turboquant_3bit_nc"),
+    "n32x4 D256 G6 per-index 3bit_nc": Cfg("n", 6, 1, 256, 4, 32, 4, 1, {}, None, "turboquant_3bit_nc"),
+    "n128x4 D256 G6 pairs (default few pairs) 3bit_nc": Cfg("n", 6, 1, 256, 4, 128, 4, 1, dict(CPAIR=True), None, "turboquant_3bit_nc"),
+    "n32x2 D128 G4 pairs 4bit_nc": Cfg("n", 4, 1, 128, 8, 32, 2, 1, dict(CPAIR=True), None, "turboquant_4bit_nc"),
+    "n32x2 D128 G4 per-index 4bit_nc": Cfg("n", 4, 1, 128, 8, 32, 2, 1, {}, None, "turboquant_4bit_nc"),
+    "n32x1 D128 G4 pairs (default) 4bit_nc": Cfg("n", 4, 1, 128, 8, 32, 1, 1, dict(CPAIR=True), None, "turboquant_4bit_nc"),
+    "n32x1 D128 G4 pairs pf 4bit_nc": Cfg("n", 4, 1, 128, 8, 32, 1, 1, dict(CPAIR=True, PREFETCH=True), None, "turboquant_4bit_nc"),
+    "n16x1 D128 G4 pairs k3v4_nc": Cfg("n", 4, 1, 128, 8, 16, 1, 1, dict(CPAIR=True), None, "turboquant_k3v4_nc"),
+    "n16x1 D128 G4 pairs pf (default) k3v4_nc": Cfg("n", 4, 1, 128, 8, 16, 1, 1, dict(CPAIR=True, PREFETCH=True), None, "turboquant_k3v4_nc"),
 }
 
 
@@ -218,11 +235,10 @@ def main():
     ap.add_argument("--dump", default=None)
     ap.add_argument("--only", default=None, help="substring of the config names")
     a = ap.parse_args()
-    for name, (kind, G, QL, D, Hk, bn, w, st, extra, mr) in CONFIGS.items():
+    for name, (kind, G, QL, D, Hk, bn, w, st, extra, mr, preset) in CONFIGS.items():
         if a.only and a.only not in name:
             continue
         fn = {"n": K._tq_split_kernel, "w": K._tq_split_kernel_w}[kind]
-        preset = name.split("| ")[1] if "| " in name else "turboquant_k8v4"
         try:
             ck = compile_stage1(fn, G=G, QL=QL, D=D, Hk=Hk, block_n=bn, warps=w, stages=st, extra=extra, maxnreg=mr,
                                 preset=preset)
