@@ -6,9 +6,9 @@
 Uses ``triton.compile`` with an sm_90 target (Triton's bundled ptxas / cuobjdump), for the
 shapes of the benchmark rows, and prints registers, spills, shared memory and the SASS
 opcode counts of the main loop (the longest backward branch), divided by the tokens one
-loop iteration handles (warp instructions per token). A static count, not a measurement. The Triton kernels ("n", "w") and the Gluon kernel "h"
-(``H_CONFIGS``: its constexprs as the launcher passes them, loop instructions per warp and
-64-token tile) are covered.
+loop iteration handles (warp instructions per token). A static count, not a measurement.
+Covers the Triton kernels "n" and "w" (``CONFIGS``) and the Gluon kernel "h" (``H_CONFIGS``:
+its constexprs as the launcher passes them; one 64-token tile a loop iteration).
 """
 
 from __future__ import annotations
