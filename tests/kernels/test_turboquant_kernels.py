@@ -1155,13 +1155,14 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
     thread copies the keys (tokens x D bytes), the code words (tokens x D / 8) and the
     scale/zero word with 4-byte ``cp.async`` (64 tokens at D = 256: 32 + 16 + 1; the prologue
     fills STAGES - 1 stages), the scores take D / 16 warp-group products (D / 32 k-steps x 2
-    query parts) and P V one per 16 tokens; the tile's V^T is the only shared-memory store
+    query parts; D / 32 for at most 32 rows, whose two parts are stacked on M) and P V one per
+    16 tokens; the tile's V^T is the only shared-memory store
     and the codes and scale/zero words the only loads from it; with ``PDL`` it lets the
     combine be launched once, after its products."""
     slot = d + d // 2 + 4
     consts = dict(HK=4, G=group, D=d, PAGE=page, STAGES=stages, SKP=4 * slot, SKH=slot, QL=ql, BN=bn, PDL=bool(pdl))
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
-    assert got["wgmma"] == d // 16 + bn // 16
+    assert got["wgmma"] == d // 32 * (1 if group * ql <= 32 else 2) + bn // 16
     assert got["cp_async"] == (bn * d // 512 + bn * d // 1024 + 1) * stages
     assert got["ttg.local_store"] == 1 and got["ttg.local_load"] == 2
     assert got["launch_dependents"] == pdl
@@ -1177,16 +1178,18 @@ def test_kernel_v_rejects_an_unknown_pipe():
     assert TileConfig(64, 4, 2, "v", pipe=4).pipe == 4
 
 
-@pytest.mark.parametrize("pipe,d", [(1, 256), (2, 256), (3, 256), (4, 128), (4, 256), (2, 128)])
-def test_hopper_verify_overlaps_its_products(pipe, d):
+@pytest.mark.parametrize("pipe,d,ql", [(1, 256, 6), (2, 256, 6), (3, 256, 6), (4, 128, 6), (4, 256, 6), (2, 128, 6),
+                                       (1, 256, 4), (4, 128, 5)])
+def test_hopper_verify_overlaps_its_products(pipe, d, ql):
     """Kernel "v" with ``pipe`` (TileConfig): the scores' warp-group products are issued before
     the tile's V^T is built and stored, and waited for only after that store; with ``pipe`` 3
     or 4 P V is left running into the next tile (a wait that leaves one group in flight). The
-    same products and copies as the plain build."""
+    same products and copies as the plain build (24 and 30 rows: the query's parts stacked on
+    M, one scores product a k step)."""
     slot = d + d // 2 + 4
-    consts = dict(HK=4, G=6, D=d, PAGE=16, STAGES=2, SKP=4 * slot, SKH=slot, QL=6, BN=64, PDL=True, PIPE=pipe)
+    consts = dict(HK=4, G=6, D=d, PAGE=16, STAGES=2, SKP=4 * slot, SKH=slot, QL=ql, BN=64, PDL=True, PIPE=pipe)
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
-    assert got["wgmma"] == d // 16 + 4 and got["cp_async"] == (d // 8 + d // 16 + 1) * 2
+    assert got["wgmma"] == d // 32 * (1 if 6 * ql <= 32 else 2) + 4 and got["cp_async"] == (d // 8 + d // 16 + 1) * 2
     assert got["scores_at"] < got["store_at"] < got["scores_wait_at"]
     assert got["waits_leaving_one"] == (pipe >= 3)
 

@@ -5,7 +5,9 @@ tokens x the group's heads of a request (up to 64 rows) on the products' M side:
 
 * S = Q K^T: the query rows split into two fp8 parts (hi + lo, as kernels "q" and "h") are
   the A operand in shared memory; the tile's fp8 keys, copied into shared memory as they lie
-  in the cache (``cp.async``, a ring of stages, as kernel "h"), are the B operand;
+  in the cache (``cp.async``, a ring of stages, as kernel "h"), are the B operand. With at
+  most 32 rows both parts share one operand (row 8 w + i's at M rows 16 w + i and 16 w + 8 + i,
+  which a thread holds together): one product a k step, the parts added in registers;
 * the softmax runs on S's accumulator (one row's tokens within four lanes);
 * O = P V: P (times the value scales) is the A operand straight from registers; the 4-bit
   codes, copied into shared memory with the keys, are turned into fp16 once per tile and
@@ -67,11 +69,31 @@ def _codes_read_layout(bn, words):
 
 
 @gluon.jit
-def _scores(ql_s, qh_s, k, LS: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, ASYNC: gl.constexpr):
+def _scores(ql_s, qh_s, k, LS: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, ASYNC: gl.constexpr,
+            STACK: gl.constexpr):
     """S = Q K^T over one key tile from the query's two fp8 parts (with ``ASYNC`` issued and
-    left running: a warp-group wait returns it)."""
+    left running: a warp-group wait returns it). ``STACK``: both parts in ``ql_s`` (rows
+    16 w + i hold the hi part of query row 8 w + i, rows 16 w + 8 + i its lo part), one product
+    a k step; ``_stacked_sum`` adds the two."""
     s = warpgroup_mma(ql_s, k.permute((1, 0)), gl.zeros([M, BN], gl.float32, layout=LS), is_async=ASYNC)
+    if STACK:
+        return s
     return warpgroup_mma(qh_s, k.permute((1, 0)), s, is_async=ASYNC)
+
+
+@gluon.jit
+def _stacked_sum(s, LS: gl.constexpr, BN: gl.constexpr):
+    """Rows 16 w + i and 16 w + 8 + i of S (a query row's hi and lo parts, in the same thread's
+    registers) -> their sum in both."""
+    t = gl.sum(gl.reshape(s, [4, 2, 8, BN]), 1)
+    return gl.convert_layout(gl.reshape(gl.permute(gl.join(t, t), (0, 3, 1, 2)), [64, BN]), LS, assert_trivial=True)
+
+
+@gluon.jit
+def _stacked_rows(x, N: gl.constexpr):
+    """[32, N] (query rows 8 w + i) -> [64, N] with row 8 w + i at rows 16 w + i and 16 w + 8 + i."""
+    x4 = gl.reshape(x, [4, 8, N])
+    return gl.reshape(gl.permute(gl.join(x4, x4), (0, 3, 1, 2)), [64, N])
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
@@ -110,6 +132,9 @@ def _tq_verify_kernel_v(
     PV_ON: gl.constexpr = PIPE > 2
     ROWS: gl.constexpr = QL * G
     W: gl.constexpr = D // 8  # code words a token
+    # at most 32 rows: the query's two fp8 parts stacked on M (hi and lo of row 8 w + i at rows
+    # 16 w + i and 16 w + 8 + i), one scores product a k step; rows 16 w + 8 + i repeat 16 w + i
+    STACK: gl.constexpr = ROWS <= 32
     LS: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
     LO: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     LKC: gl.constexpr = _copy_layout(BN, D)  # key bytes, 4 a copy
@@ -129,18 +154,27 @@ def _tq_verify_kernel_v(
 
     # the query rows (row r: token r // G, head r % G of the group) as two fp8 parts in shared
     # memory, the A operand of S
-    qrow = gl.arange(0, M, layout=gl.SliceLayout(1, LQ))
+    QM: gl.constexpr = 32 if STACK else M  # query rows loaded
+    qrow = gl.arange(0, QM, layout=gl.SliceLayout(1, LQ))
     qcol = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
     qok = (qrow < ROWS) & (qrow // G < q_len)
     q_ptr = (QR + gl.expand_dims((q0 + qrow // G).to(gl.int64) * stride_qt + (hk * G + qrow % G) * stride_qh, 1)
              + gl.expand_dims(qcol, 0))
     qh, ql, inv = _q_split(gl.load(q_ptr, mask=gl.expand_dims(qok, 1) & gl.expand_dims(qcol >= 0, 0),
                                    other=0.0).to(gl.float32))
-    qh_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, qh)
-    ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, ql)
     LR: gl.constexpr = gl.SliceLayout(1, LS)
     LRO: gl.constexpr = gl.SliceLayout(1, LO)
-    rsc = gl.convert_layout(inv, LR) * qk_scale
+    if STACK:
+        q4h = gl.reshape(qh, [4, 8, D])
+        q4l = gl.reshape(ql, [4, 8, D])
+        ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK,
+                                         gl.reshape(gl.permute(gl.join(q4h, q4l), (0, 3, 1, 2)), [M, D]))
+        qh_s = ql_s
+        rsc = gl.convert_layout(gl.reshape(_stacked_rows(gl.expand_dims(inv, 1), 1), [M]), LR) * qk_scale
+    else:
+        qh_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, qh)
+        ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, ql)
+        rsc = gl.convert_layout(inv, LR) * qk_scale
 
     # rings of STAGES: the keys, the code words and the scale/zero words of a tile
     ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
@@ -188,7 +222,7 @@ def _tq_verify_kernel_v(
         if S_FIRST:  # the scores' products run while the refill is requested and V^T built
             if PV_ON:  # the previous tile's P V (it reads V^T) is done
                 acc = warpgroup_mma_wait(0, deps=[acc])
-            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True)
+            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
         # refill the stage the previous tile used
         nxt = (it + STAGES - 1) % STAGES
         pa = n0 + (STAGES - 1) * BN
@@ -206,7 +240,7 @@ def _tq_verify_kernel_v(
         if S_LATER:  # the scores' products run while V^T is built
             if PV_ON:  # the previous tile's P V ran while the refill was requested
                 acc = warpgroup_mma_wait(0, deps=[acc])
-            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True)
+            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
         # V^T of this tile: code j of word i (head column 8 i + j) -> row W j + i, fp16
         cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
         vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, BN]))
@@ -214,7 +248,9 @@ def _tq_verify_kernel_v(
         if PIPE > 0:
             s = warpgroup_mma_wait(0, deps=[s])
         else:
-            s = _scores(ql_s, qh_s, kcur, LS, M, BN, False)
+            s = _scores(ql_s, qh_s, kcur, LS, M, BN, False, STACK)
+        if STACK:
+            s = _stacked_sum(s, LS, BN)
         s = s * gl.expand_dims(rsc, 1)
         valid = n0 + st < end
         s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
@@ -245,11 +281,21 @@ def _tq_verify_kernel_v(
 
     l_safe, lse, zo = _row_totals(m_i, l_i, z_i)
     rows = gl.arange(0, M, layout=LR)
+    if STACK:  # M row 16 w + h 8 + i holds query row 8 w + i (h = 1: a copy, not stored)
+        own = (rows & 8) == 0
+        rows = (rows >> 4) * 8 + (rows & 7)
+    else:
+        own = rows >= 0
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * ROWS
-    gl.store(MidL + mid + rows, lse, mask=rows < ROWS)
+    gl.store(MidL + mid + rows, lse, mask=own & (rows < ROWS))
     o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 1) + gl.expand_dims(gl.convert_layout(zo, LRO), 1)
     orow = gl.expand_dims(gl.arange(0, M, layout=LRO), 1)
+    if STACK:
+        oown = (orow & 8) == 0
+        orow = (orow >> 4) * 8 + (orow & 7)
+    else:
+        oown = orow >= 0
     # stored in the operand's column order (W j + i for head column 8 i + j: pairs of columns
     # a thread, whole sectors a quad); the combine reads them back in head order
     ocol2 = gl.expand_dims(ocol, 0)
-    gl.store(MidO + (mid + orow) * D + ocol2, o, mask=(orow < ROWS) & (ocol2 >= 0))
+    gl.store(MidO + (mid + orow) * D + ocol2, o, mask=oown & (orow < ROWS) & (ocol2 >= 0))
