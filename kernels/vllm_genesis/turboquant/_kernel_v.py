@@ -82,18 +82,28 @@ def _scores(ql_s, qh_s, k, LS: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, 
 
 
 @gluon.jit
-def _stacked_sum(s, LS: gl.constexpr, BN: gl.constexpr):
-    """Rows 16 w + i and 16 w + 8 + i of S (a query row's hi and lo parts, in the same thread's
-    registers) -> their sum in both."""
-    t = gl.sum(gl.reshape(s, [4, 2, 8, BN]), 1)
-    return gl.convert_layout(gl.reshape(gl.permute(gl.join(t, t), (0, 3, 1, 2)), [64, BN]), LS, assert_trivial=True)
+def _paired_rows(a, b, N: gl.constexpr):
+    """Two [32, N] (query rows 8 w + i) -> [64, N]: row 8 w + i of ``a`` at M row 16 w + i, of
+    ``b`` at 16 w + 8 + i (the rows a thread of the products' layout holds together)."""
+    return gl.reshape(gl.permute(gl.join(gl.reshape(a, [4, 8, N]), gl.reshape(b, [4, 8, N])), (0, 3, 1, 2)),
+                      [64, N])
 
 
 @gluon.jit
-def _stacked_rows(x, N: gl.constexpr):
-    """[32, N] (query rows 8 w + i) -> [64, N] with row 8 w + i at rows 16 w + i and 16 w + 8 + i."""
-    x4 = gl.reshape(x, [4, 8, N])
-    return gl.reshape(gl.permute(gl.join(x4, x4), (0, 3, 1, 2)), [64, N])
+def _stacked_sum(s, LS: gl.constexpr, BN: gl.constexpr):
+    """Rows 16 w + i and 16 w + 8 + i of S (a query row's hi and lo parts, in the same thread's
+    registers) -> their sum in both."""
+    t = gl.reshape(gl.sum(gl.reshape(s, [4, 2, 8, BN]), 1), [32, BN])
+    return gl.convert_layout(_paired_rows(t, t, BN), LS, assert_trivial=True)
+
+
+@gluon.jit
+def _query_rows(m, STACK: gl.constexpr):
+    """M rows -> (the query row each holds, whether it is the one to store it): with ``STACK``
+    M row 16 w + 8 h + i holds query row 8 w + i (h = 1: a copy)."""
+    if STACK:
+        return (m >> 4) * 8 + (m & 7), (m & 8) == 0
+    return m, m >= 0
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
@@ -165,12 +175,10 @@ def _tq_verify_kernel_v(
     LR: gl.constexpr = gl.SliceLayout(1, LS)
     LRO: gl.constexpr = gl.SliceLayout(1, LO)
     if STACK:
-        q4h = gl.reshape(qh, [4, 8, D])
-        q4l = gl.reshape(ql, [4, 8, D])
-        ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK,
-                                         gl.reshape(gl.permute(gl.join(q4h, q4l), (0, 3, 1, 2)), [M, D]))
+        ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, _paired_rows(qh, ql, D))
         qh_s = ql_s
-        rsc = gl.convert_layout(gl.reshape(_stacked_rows(gl.expand_dims(inv, 1), 1), [M]), LR) * qk_scale
+        inv2 = gl.expand_dims(inv, 1)
+        rsc = gl.convert_layout(gl.reshape(_paired_rows(inv2, inv2, 1), [M]), LR) * qk_scale
     else:
         qh_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, qh)
         ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, ql)
@@ -280,21 +288,11 @@ def _tq_verify_kernel_v(
         _launch_dependents()
 
     l_safe, lse, zo = _row_totals(m_i, l_i, z_i)
-    rows = gl.arange(0, M, layout=LR)
-    if STACK:  # M row 16 w + h 8 + i holds query row 8 w + i (h = 1: a copy, not stored)
-        own = (rows & 8) == 0
-        rows = (rows >> 4) * 8 + (rows & 7)
-    else:
-        own = rows >= 0
+    rows, own = _query_rows(gl.arange(0, M, layout=LR), STACK)
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * ROWS
     gl.store(MidL + mid + rows, lse, mask=own & (rows < ROWS))
     o = acc / gl.expand_dims(gl.convert_layout(l_safe, LRO), 1) + gl.expand_dims(gl.convert_layout(zo, LRO), 1)
-    orow = gl.expand_dims(gl.arange(0, M, layout=LRO), 1)
-    if STACK:
-        oown = (orow & 8) == 0
-        orow = (orow >> 4) * 8 + (orow & 7)
-    else:
-        oown = orow >= 0
+    orow, oown = _query_rows(gl.expand_dims(gl.arange(0, M, layout=LRO), 1), STACK)
     # stored in the operand's column order (W j + i for head column 8 i + j: pairs of columns
     # a thread, whole sectors a quad); the combine reads them back in head order
     ocol2 = gl.expand_dims(ocol, 0)
