@@ -241,18 +241,21 @@ def test_default_tiles_for_mse_keys_use_one_stage():
     waited for every step's own copies): at most 16 rows, one warp at D <= 128 (16-token
     tiles for 3-bit keys, prefetched, 32 for 4-bit) and at D = 256 4 warps for few pairs (128
     / 64-token tiles, the 64 prefetched) or 2 warps x 32 tokens for many; more rows, 16-token
-    tiles for few pairs, 64 for many. The plan of a call follows its layout's key bits."""
+    tiles for few pairs, 64 for many, the few pairs' 16-token tiles with 4-bit keys gathering
+    their centroid pairs from a table in shared memory. The plan of a call follows its
+    layout's key bits."""
     from vllm_genesis.turboquant._launch import cache_plan, default_tiles, launch_plan
 
     for d, m_pad, pairs, bits, want, prefetch in [
         (256, 16, 4, 4, (64, 4), True), (256, 16, 4, 3, (128, 4), False), (256, 16, 64, 4, (32, 2), False),
         (256, 16, 64, 3, (32, 2), False), (128, 16, 4, 4, (32, 1), False), (128, 16, 64, 3, (16, 1), True),
         (64, 16, 256, 4, (32, 1), False), (256, 64, 4, 3, (16, 4), False), (256, 64, 64, 4, (64, 4), False),
-        (128, 32, 64, 3, (64, 4), False),
+        (128, 32, 64, 3, (64, 4), False), (256, 64, 4, 4, (16, 4), False), (128, 32, 8, 4, (16, 4), False),
     ]:
         t = default_tiles(d, m_pad, False, pairs, 32768, False, mse_bits=bits)
         assert (t.kernel, t.num_stages, (t.block_n, t.num_warps)) == ("n", 1, want), (d, m_pad, pairs, bits)
         assert bool(t.prefetch) == prefetch, (d, m_pad, pairs, bits)
+        assert t.pair_table == (m_pad > 16 and pairs < 32 and bits == 4), (d, m_pad, pairs, bits)
     assert launch_plan(1, 4, 256, 6, 6, False, 32768, False, 132)[0] == default_tiles(256, 64, False, 4, 32768, False)
     for preset, block_n in [("turboquant_4bit_nc", 64), ("turboquant_3bit_nc", 128), ("turboquant_k3v4_nc", 128)]:
         lay = TQLayout.from_preset(preset, 256)
@@ -305,8 +308,9 @@ def test_hopper_kernel_replaces_planned_verify_kernels():
         tiles, _ = launch_plan(batch, hk, d, group, ql, True, 32768, True, 132, fp8_mma=True)
         assert tiles.kernel == kernel
         assert _h_verify_default(tiles, d, group, ql, 2) == (kernel != "v") == (ql * group <= 16)
-        if kernel == "v":  # its products overlapped as measured per head size
-            assert tiles == verify_v_tiles(d) and tiles.pipe == {128: 4, 256: 1}[d]
+        if kernel == "v":  # its products overlapped as measured per head size and row count
+            assert tiles == verify_v_tiles(d, max(16, 1 << (ql * group - 1).bit_length()))
+            assert tiles.pipe == (4 if d == 128 or ql * group <= 32 else 1)
             # a single request of at most 32 rows at D = 256 takes kernel "h" in its place
             assert _h_verify_default(tiles, d, group, ql, 1) == (d == 256 and ql * group <= 32)
     assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8, 2)  # a plan of kernel "q", 32 rows
@@ -664,6 +668,24 @@ def test_mse_pair_gathers_match_per_index_gathers(preset, head_dim, monkeypatch)
     assert not torch.isnan(paired).any()
     assert rel_err(paired, single) < 2e-3
     assert rel_err(paired, _ref(c, lay)) < DEQ_BOUND
+
+
+@pytest.mark.parametrize("preset,head_dim", [("turboquant_4bit_nc", 64), ("turboquant_3bit_nc", 128)])
+def test_mse_pair_table_in_shared_memory_matches_global_gathers(preset, head_dim):
+    """``TileConfig.pair_table``: the program loads the pair table once and gathers from it
+    (through shared memory) instead of loading each pair; the result is the same, bit for bit."""
+    lay = TQLayout.from_preset(preset, head_dim)
+    c = random_case(seq_lens=[61, 130], num_heads=8, num_kv_heads=2, head_dim=head_dim, block_size=16,
+                    layout=lay, generator=torch.Generator().manual_seed(23), device=DEV)
+    runs = [_run_decode(c, lay, num_splits=3, tiles=TileConfig(16, 4, 1, pair_table=t)).float() for t in (True, False)]
+    assert not torch.isnan(runs[0]).any()
+    assert torch.equal(runs[0], runs[1])
+    assert rel_err(runs[0], _ref(c, lay)) < DEQ_BOUND
+    v = random_case(seq_lens=[40, 90], query_lens=[5, 4], num_heads=8, num_kv_heads=2, head_dim=head_dim,
+                    block_size=16, layout=lay, generator=torch.Generator().manual_seed(24), device=DEV)
+    runs = [_run_verify(v, lay, num_splits=2, tiles=TileConfig(16, 4, 1, pair_table=t)).float() for t in (True, False)]
+    assert torch.equal(runs[0], runs[1])
+    assert rel_err(runs[0], _ref(v, lay, verify=True)) < DEQ_BOUND
 
 
 @pytest.mark.parametrize("preset,head_dim", [("turboquant_4bit_nc", 64), ("turboquant_k3v4_nc", 128)])

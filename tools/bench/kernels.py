@@ -390,7 +390,7 @@ def tune_variants(kind, B, D, rows, S):
 
     if rows > 16:  # verify
         old, s_old = verify_q_tiles(64), S
-        v = verify_v_tiles(D)
+        v = verify_v_tiles(D, 1 << (rows - 1).bit_length())
         out = [(replace(v, pipe=0), S), (v, max(1, S // 2)), (replace(v, block_n=32), S), (replace(v, num_stages=3), S),
                (T(64, 4, 5, "q", 2, rows_m=True, lazy=-1.0), S // 2), (T(32, 4, 5), S)]
     elif D >= 256:

@@ -163,9 +163,15 @@ def _split_slice(SeqLens, QStart, b, sid, num_splits, QL: tl.constexpr, BLOCK_N:
 
 
 @triton.jit
-def _centroid_pair(Pairs, idx, dot_t: tl.constexpr):
-    """The two centroids (dot_t) packed in the int32 ``Pairs[idx]``: low half, high half."""
-    pr = tl.load(Pairs + idx)
+def _centroid_pair(Pairs, idx, dot_t: tl.constexpr, TABLE: tl.constexpr = False, N0: tl.constexpr = 1,
+                   N1: tl.constexpr = 1):
+    """The two centroids (dot_t) packed in the int32 ``Pairs[idx]``: low half, high half.
+    ``TABLE``: ``Pairs`` is the pair table itself, held by the program, and ``idx`` [N0, N1]
+    is gathered from it through shared memory instead of by global loads."""
+    if TABLE:
+        pr = tl.reshape(tl.gather(Pairs, tl.reshape(idx, [N0 * N1]), 0), [N0, N1])
+    else:
+        pr = tl.load(Pairs + idx)
     lo = (pr & 0xFFFF).to(tl.uint16).to(dot_t, bitcast=True)
     hi = ((pr >> 16) & 0xFFFF).to(tl.uint16).to(dot_t, bitcast=True)
     return lo, hi
@@ -242,6 +248,7 @@ def _tq_split_kernel(
     HEAD_MAJOR: tl.constexpr = False,  # grid (HK, splits, B) instead of (splits, HK, B)
     FUSE_SUMS: tl.constexpr = False,  # fp8 paths: sum(p) and sum(p * zero) in one reduction
     CPAIR: tl.constexpr = False,  # MSE keys (4-bit split, 3-bit groups): Cent holds centroid pairs
+    PAIR_TABLE: tl.constexpr = False,  # CPAIR: the pair table loaded once, gathered from shared memory
 ):
     if HEAD_MAJOR:
         hk = tl.program_id(0)
@@ -274,6 +281,10 @@ def _tq_split_kernel(
     # 3-bit MSE keys: 8 indices per 3 bytes, read as one 24-bit group and scored in 8 products
     # against the query's columns j, j + 8, ... (each product needs D / 8 >= 16)
     K3G: tl.constexpr = (not KEY_FP8) and (MSE_BITS == 3) and (D >= 128)
+    if CPAIR and PAIR_TABLE:
+        pairs = tl.load(Cent + tl.arange(0, 1 << (2 * MSE_BITS)))
+    else:
+        pairs = Cent
     if KSPLIT:
         q_ev_ptrs = q_row + 2 * tl.arange(0, D // 2)[None, :]
         q_ev = tl.load(q_ev_ptrs, mask=row_ok[:, None], other=0.0).to(dot_t)
@@ -619,7 +630,7 @@ def _tq_split_kernel(
                 csq_m = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
                 ones = tl.full([M_PAD, D // 8], 1.0, dot_t)
                 for j in tl.static_range(4):
-                    c_ev, c_od = _centroid_pair(Cent, (w >> (6 * j)) & 63, dot_t)
+                    c_ev, c_od = _centroid_pair(pairs, (w >> (6 * j)) & 63, dot_t, PAIR_TABLE, BLOCK_N, D // 8)
                     if NORM_CORR:
                         csq_m = tl.dot(ones, tl.trans(c_ev * c_ev), csq_m)
                         csq_m = tl.dot(ones, tl.trans(c_od * c_od), csq_m)
@@ -649,7 +660,7 @@ def _tq_split_kernel(
             if CPAIR:
                 # one gather per index byte: both nibbles' centroids in dot_t; the squared norms
                 # summed by products with a ones operand (every row the same), not reductions
-                c_lo, c_hi = _centroid_pair(Cent, kb, dot_t)
+                c_lo, c_hi = _centroid_pair(pairs, kb, dot_t, PAIR_TABLE, BLOCK_N, D // 2)
                 s = tl.dot(q_ev, tl.trans(c_lo))
                 s = tl.dot(q_od, tl.trans(c_hi), s)
                 if NORM_CORR:

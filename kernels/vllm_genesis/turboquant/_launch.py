@@ -104,6 +104,9 @@ class TileConfig:
     # V^T is built (issued after the requests); 3 as 1, and P V runs on into the next tile's
     # start; 4 as 2, and P V runs on while the next tile's copies are requested
     pipe: int = 0
+    # MSE keys with centroid pairs, programs of 2+ warps: the pair table loaded once per
+    # program and gathered through shared memory instead of by global loads
+    pair_table: bool = False
 
     def __post_init__(self):
         if self.pipe not in range(5):
@@ -126,8 +129,8 @@ def default_tiles(
     byte path with one stage (no software pipelining); at most 16 rows: one warp at D <= 128
     (16-token tiles for 3-bit keys, with the next tile's bytes prefetched, 32 for 4-bit), at
     D = 256 4 warps for few pairs (128-token tiles for 3-bit keys, 64 for 4-bit, prefetched)
-    and 32-token tiles of 2 warps for many; more rows: 16-token tiles for few pairs, 64 for
-    many. fp8 keys: few (sequence, KV head) pairs -> 64-token
+    and 32-token tiles of 2 warps for many; more rows: 16-token tiles for few pairs (with
+    4-bit keys, the centroid-pair table gathered from shared memory), 64 for many. fp8 keys: few (sequence, KV head) pairs -> 64-token
     tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
     at D = 128 and at most 16 rows (decode; verify with K+1 x group <= 16) -> the
     per-warp-state kernel ("w"), 2 warps x 16 tokens, on
@@ -147,7 +150,11 @@ def default_tiles(
         # pipeliner (2+ stages) every step waited for the copies it had just issued (H200:
         # 2.4-4x slower)
         if m_pad > 16:
-            return TileConfig(16 if programs < 32 else 64, 4, 1)
+            if programs < 32:
+                # 4-bit keys: the pair table gathered from shared memory (4-6% less time on
+                # H200 verify sweeps; 3-bit keys and 64-token tiles: mixed, docs/KERNELS.md)
+                return TileConfig(16, 4, 1, pair_table=mse_bits == 4)
+            return TileConfig(64, 4, 1)
         # PREFETCH: the next tile's bytes requested a step ahead (4-bit values only)
         if head_dim <= 128:
             return TileConfig(16, 1, 1, "n", True) if mse_bits == 3 else TileConfig(32, 1, 1)
@@ -158,7 +165,7 @@ def default_tiles(
         if fp8_mma and words_ok and head_dim in (128, 256) and m_pad <= 64:
             # kernel "v" (Hopper warp-group products; the launcher runs kernel "q" where it
             # cannot); from 17 rows (kernel "h" takes up to 16)
-            return verify_v_tiles(head_dim)
+            return verify_v_tiles(head_dim, m_pad)
         if fp8_mma and words_ok and head_dim >= 64:
             return verify_q_tiles(m_pad)
         return TileConfig(32, 4, 5)
@@ -169,11 +176,14 @@ def default_tiles(
     return TileConfig(64, 4, 1, "n", True, words=4)
 
 
-def verify_v_tiles(head_dim: int) -> TileConfig:
+def verify_v_tiles(head_dim: int, m_pad: int = 64) -> TileConfig:
     """Kernel "v" for verify: 64-token tiles, 2 stages, its products overlapped with the
-    V^T build (``pipe`` 1 at D = 256, 4 at D = 128: 1.7-4% and 1-2% less time than waiting
-    for each product on H200 sweeps, docs/KERNELS.md "Products overlapped")."""
-    return TileConfig(64, 4, 2, "v", pipe=1 if head_dim == 256 else 4)
+    V^T build: ``pipe`` 4 at D = 128 and wherever the query's two parts share one operand (at
+    most 32 rows, ``m_pad`` <= 32), else 1 (H200 sweeps, docs/KERNELS.md "Products
+    overlapped": at D = 256 with 36-64 rows 1 took 1.7-4% less time than waiting for each
+    product and 2% less than 4; at D = 128 4 took 1-2% less than 1; with the parts stacked
+    4 took 4.6-6% less than 1 on five D = 256 batches, twice)."""
+    return TileConfig(64, 4, 2, "v", pipe=4 if head_dim == 128 or m_pad <= 32 else 1)
 
 
 def verify_q_tiles(m_pad: int) -> TileConfig:
@@ -672,6 +682,8 @@ def run_attention(
         if _pair_gathers(layout, D):
             extra["CPAIR"] = True
             centroids = centroid_pairs(given_centroids, layout.mse_bits, dot_bf16)
+            if tiles.pair_table and tiles.num_warps > 1:
+                extra["PAIR_TABLE"] = True
     if tiles.maxnreg:
         extra["maxnreg"] = tiles.maxnreg
     if tiles.words and kern is _tq_split_kernel and words_ok and D >= 128:
