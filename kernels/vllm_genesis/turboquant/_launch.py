@@ -182,7 +182,7 @@ def verify_v_tiles(head_dim: int, m_pad: int = 64) -> TileConfig:
     most 32 rows, ``m_pad`` <= 32), else 1 (H200 sweeps, docs/KERNELS.md "Products
     overlapped": at D = 256 with 36-64 rows 1 took 1.7-4% less time than waiting for each
     product and 2% less than 4; at D = 128 4 took 1-2% less than 1; with the parts stacked
-    4 took 4.6-6% less than 1 on five D = 256 batches, twice)."""
+    4 took 4.9-6% less than 1 on five D = 256 batches, two calls)."""
     return TileConfig(64, 4, 2, "v", pipe=4 if head_dim == 128 or m_pad <= 32 else 1)
 
 
