@@ -917,6 +917,30 @@ def test_full_size_on_gpu(seqs, qlens, hq, hk, d):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("preset", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
+def test_mse_presets_full_size_on_gpu(preset):
+    """The MSE-key presets' default plans at full size: a 32K decode and a verify batch of two
+    requests (36 and 24 rows; with 4-bit keys its centroid pairs come from the table in
+    shared memory), against float64."""
+    from vllm_genesis.turboquant._launch import launch_plan
+
+    lay = TQLayout.from_preset(preset, 256)
+    dec = random_case(seq_lens=[32775], num_heads=24, num_kv_heads=4, head_dim=256, block_size=16, layout=lay,
+                      device="cuda")
+    out = _run_decode(dec, lay)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(dec, lay)) < DEQ_BOUND
+    ver = random_case(seq_lens=[32771, 5003], query_lens=[6, 4], num_heads=24, num_kv_heads=4, head_dim=256,
+                      block_size=16, layout=lay, device="cuda")
+    tiles = launch_plan(2, 4, 256, 6, 6, False, 32771, False, 132, mse_bits=lay.mse_bits)[0]
+    assert tiles.pair_table == (lay.mse_bits == 4)
+    out = _run_verify(ver, lay)
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(ver, lay, verify=True)) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_bf16_products_on_gpu():
     # (Triton's CPU interpreter gets bf16 dots wrong, so this option is checked here only)
     lay = TQLayout.from_preset("turboquant_k8v4", 256)
