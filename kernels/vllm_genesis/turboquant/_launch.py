@@ -130,8 +130,9 @@ def default_tiles(
     (16-token tiles for 3-bit keys, with the next tile's bytes prefetched, 32 for 4-bit), at
     D = 256 4 warps for few pairs (128-token tiles for 3-bit keys, 64 for 4-bit, prefetched)
     and 32-token tiles of 2 warps for many; more rows: 16-token tiles for few pairs (with
-    4-bit keys, the centroid-pair table gathered from shared memory), 64 for many. fp8 keys: few (sequence, KV head) pairs -> 64-token
-    tiles, hand-pipelined, slots read as int32 words (also for 128K contexts); many pairs
+    4-bit keys, the centroid-pair table gathered from shared memory), 64 for many. fp8
+    keys: few (sequence, KV head) pairs -> 64-token tiles, hand-pipelined, slots read as
+    int32 words (also for 128K contexts); many pairs
     at D = 128 and at most 16 rows (decode; verify with K+1 x group <= 16) -> the
     per-warp-state kernel ("w"), 2 warps x 16 tokens, on
     Triton's pipeliner with 5 stages (with 3, Triton 3.6 waits for every outstanding copy
