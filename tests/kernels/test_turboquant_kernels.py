@@ -354,20 +354,22 @@ def test_stage1_kernel_on_hopper(d, batch, group, ql, raw_tail, want):
     assert stage1_kernel(tiles, True, lay, elsewhere, **call)[0] not in ("h", "v")
 
 
-@pytest.mark.parametrize("batch,context,group,ql,prefetch", [
-    (1, 32768, 6, 1, 1),  # decode, 64 splits x 4 KV heads: 256 programs for 132 SMs, 8 tiles a split
-    (1, 20480, 6, 1, 1),  # 5 tiles a split
-    (1, 16384, 6, 1, 0),  # 4 tiles a split
-    (1, 8192, 6, 1, 0),
-    (1, 131072, 6, 1, 0),  # 128 splits: four programs an SM
-    (8, 32768, 6, 1, 0),
-    (1, 32768, 6, 4, 1),  # 24 verify rows of one request: kernel "h", one program a split
-    (2, 32768, 6, 4, None),  # two requests: kernel "v"
+@pytest.mark.parametrize("batch,context,group,ql,prefetch,producer", [
+    (1, 32768, 6, 1, 0, True),  # decode, 64 splits x 4 KV heads: 256 programs for 132 SMs, 8 tiles a split
+    (1, 20480, 6, 1, 0, True),  # 5 tiles a split
+    (1, 8192, 6, 1, 0, True),
+    (1, 131072, 6, 1, 0, False),  # 128 splits: four programs an SM
+    (8, 32768, 6, 1, 0, False),
+    (1, 32768, 6, 4, 1, False),  # 24 verify rows of one request: kernel "h", one program a split
+    (1, 16384, 6, 4, 0, False),  # 4 tiles a split
+    (2, 32768, 6, 4, None, False),  # two requests: kernel "v"
 ])
-def test_hopper_decode_prefetches_where_two_programs_share_an_sm(monkeypatch, batch, context, group, ql, prefetch):
-    """The launcher's plan turns on kernel "h"'s L2 prefetch of the next tile's code words for
-    grids of at most two programs per SM whose splits span more than four 64-token tiles, and
-    only then; a caller's tiles are taken as given."""
+def test_hopper_decode_plan_where_two_programs_share_an_sm(monkeypatch, batch, context, group, ql, prefetch,
+                                                           producer):
+    """For grids of at most two programs per SM the launcher's plan runs kernel "h"'s decode at
+    D = 256 with its key producer warp, and turns on its L2 prefetch of the next tile's code
+    words for the other kernel "h" batches whose splits span more than four 64-token tiles;
+    neither elsewhere. A caller's tiles are taken as given."""
     from vllm_genesis.turboquant import _launch
 
     monkeypatch.setattr(_launch, "num_sms", lambda index: 132)
@@ -377,10 +379,17 @@ def test_hopper_decode_prefetches_where_two_programs_share_an_sm(monkeypatch, ba
     kernel, tiles, splits = _launch.call_plan(kv, lay, batch, 256, group, ql, context, **call)
     assert kernel == ("h" if prefetch is not None else "v")
     if prefetch is not None:
-        assert tiles == replace(_launch.H_TILES, prefetch=prefetch)
-        assert (splits * 4 * batch <= 2 * 132 and -(-context // splits) > 256) == bool(prefetch)
+        assert tiles == replace(_launch.H_TILES, prefetch=prefetch, producer=producer)
+        two = splits * 4 * batch <= 2 * 132
+        assert producer == (two and ql == 1)
+        assert bool(prefetch) == (two and ql > 1 and -(-context // splits) > 256)
     asked = TileConfig(64, 4, 2, "h")
     assert _launch.call_plan(kv, lay, batch, 256, group, ql, context, tiles=asked, **call)[1] == asked
+    # D = 128 decode: no producer warp (kernel "hw" is written for D = 256)
+    lay128 = TQLayout.from_preset("turboquant_k8v4", 128)
+    kv128 = torch.empty(2, 16, 4, lay128.slot_size, dtype=torch.uint8)
+    if ql == 1:
+        assert not _launch.call_plan(kv128, lay128, batch, 128, group, ql, context, **call)[1].producer
 
 
 def test_warmup_builds_the_kernel_each_batch_size_launches(monkeypatch):
@@ -1045,7 +1054,7 @@ def test_verify_beyond_64_rows_splits_the_query_tokens():
 # Builds one Gluon kernel of the package for sm_90: argv = module, kernel, its constexprs (a
 # Python expression; ``M`` is the module); prints the counts the tests look at, as JSON.
 _GLUON_SM90_BUILD = """
-import importlib, inspect, json, re, sys
+import importlib, inspect, json, pathlib, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
@@ -1064,8 +1073,17 @@ ptrs = {n: t for n, t in {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "
 sig = {n: ptrs.get(n, "constexpr" if n in consts else ("fp32" if n == "qk_scale" else "i32")) for n in names}
 src = GluonASTSource(fn=jit, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
                      attrs={(names.index(n),): [["tt.divisibility", 16]] for n in ptrs})
-ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": M.NUM_WARPS})
+opts = {"num_warps": M.NUM_WARPS}
+if hasattr(M, "PRODUCER_MAXNREG"):  # kernel "hw": registers at launch (two programs an SM)
+    opts["maxnreg"] = M.PRODUCER_MAXNREG
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
+with tempfile.NamedTemporaryFile(suffix=".cubin") as f:  # registers and stack of the built kernel
+    f.write(ck.asm["cubin"])
+    f.flush()
+    tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    usage = re.search(r"REG:(\\d+) STACK:(\\d+)", subprocess.run([str(tool), "-res-usage", f.name],
+                      capture_output=True, text=True, check=True).stdout)
 print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_store", "ttg.local_load")}
                  | {"mma": ptx.count("mma.sync.aligned.m16n8k16"), "wgmma": ptx.count("wgmma.mma_async"),
                     "cp_async": ptx.count("cp.async.ca.shared.global"),
@@ -1082,7 +1100,12 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     "scores_wait_at": ptx.find("wgmma.wait_group", ptx.rfind("e4m3.e4m3")),
                     "waits_leaving_one": ptx.count("wgmma.wait_group.sync.aligned 1;"),
                     # the N sizes of the fp8 (scores) products
-                    "scores_n": sorted({int(n) for n in re.findall(r"m64n(\\d+)k32\\.f32\\.e4m3", ptx)})}))
+                    "scores_n": sorted({int(n) for n in re.findall(r"m64n(\\d+)k32\\.f32\\.e4m3", ptx)}),
+                    # kernel "hw": the copies' arrivals, the barrier waits, the partitions' registers
+                    "copies_arrive": ptx.count("cp.async.mbarrier.arrive.noinc"),
+                    "barrier_waits": ptx.count("mbarrier.try_wait"), "regs": int(usage.group(1)),
+                    "setmaxnreg": sorted({int(n) for n in re.findall(r"setmaxnreg\\.\\w+\\.sync\\.aligned\\.u32\\s+(\\d+)", ptx)}),
+                    "stack": int(usage.group(2))}))
 """
 
 
@@ -1190,6 +1213,32 @@ def test_hopper_decode_timeline_build():
     got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_h", "_tq_decode_kernel_h", repr(consts))
     assert got["timer"] == 3
     assert got["wgmma"] == 8 + 4 * 4 and got["cp_async"] == 32 * 2
+
+
+@pytest.mark.parametrize("group,page,stages,pdl,early", [(6, 16, 2, True, False), (8, 128, 2, False, True),
+                                                      (1, 32, 3, True, True)])
+def test_hopper_decode_producer_warp_build(group, page, stages, pdl, early):
+    """Kernel "h" with its key producer warp (``_kernel_hw``) builds for sm_90 with 128
+    registers a thread at launch and no spills: the producer partition gives back all but
+    ``PREGS`` registers, the products' warp group takes them. The producer copies a whole
+    64-token tile (D / 8 x 4 four-byte ``cp.async`` a lane) and lets them arrive on the stage's
+    barrier (one ``cp.async.mbarrier.arrive``); the consumer waits on one barrier a tile and
+    runs the products of kernel "h" (8 scores + 16 values a tile) and nothing of the copies."""
+    from vllm_genesis.turboquant import _kernel_hw
+
+    consts = dict(HK=4, G=group, D=256, PAGE=page, STAGES=stages, SKP=4 * 388, SKH=388, R=8, PDL=pdl, EARLY=early)
+    got = _sm90_build(_GLUON_SM90_BUILD, "_kernel_hw", "_tq_decode_kernel_hw", repr(consts))
+    assert got["regs"] == _kernel_hw.PRODUCER_MAXNREG and got["stack"] == 0
+    import inspect
+
+    preg = inspect.signature(_kernel_hw._tq_decode_kernel_hw.fn).parameters["PREGS"].default
+    assert {preg, 2 * _kernel_hw.PRODUCER_MAXNREG - preg} <= set(got["setmaxnreg"])
+    assert got["cp_async"] == 256 // 8 * 4 and got["copies_arrive"] == 1
+    assert got["barrier_waits"] == 2  # the producer's wait for a free stage, the consumer's for its keys
+    assert got["wgmma"] == 8 + 4 * 4
+    assert got["launch_dependents"] == pdl and got["wait_prior"] == early
+    if early:
+        assert got["wait_before_copies"]
 
 
 @pytest.mark.parametrize("group,page,stages,ql,bn,pdl,d", [(6, 16, 2, 6, 64, 1, 256), (8, 128, 3, 8, 64, 0, 256),

@@ -107,6 +107,10 @@ class TileConfig:
     # MSE keys with centroid pairs, programs of 2+ warps: the pair table loaded once per
     # program and gathered through shared memory instead of by global loads
     pair_table: bool = False
+    # kernel "h", decode at D = 256: the key copies in a warp of their own that feeds the
+    # products' warp group through shared-memory barriers (``_kernel_hw``; 256 threads a
+    # program at 128 registers, so at most two programs an SM); elsewhere ignored
+    producer: bool = False
 
     def __post_init__(self):
         if self.pipe not in range(5):
@@ -404,6 +408,10 @@ H_TILES = TileConfig(64, 4, 2, "h")  # kernel "h" where it runs in place of the 
 # the code words".
 H_PREFETCH_PROGRAMS_PER_SM = 2
 H_PREFETCH_MIN_SPAN = 4 * 64
+# D = 256 decode grids of at most this many programs per SM run kernel "h" with its key
+# producer warp (``TileConfig.producer``) instead of the prefetch: 1-6% less time there, 15-23%
+# more where four programs share an SM (docs/KERNELS.md "A producer warp for the key copies")
+H_PRODUCER_PROGRAMS_PER_SM = 2
 
 
 def h_programs_per_split(query_len: int, group: int) -> tuple[int, int]:
@@ -465,15 +473,22 @@ def call_plan(
                                   query_len=query_len, has_qstart=has_qstart, raw_tail=raw_tail)
     if planned and kernel == "h":
         programs = splits * h_programs_per_split(query_len, group)[1] * kv_cache.shape[2] * batch
-        if (programs <= H_PREFETCH_PROGRAMS_PER_SM * num_sms(kv_cache.device.index or 0)
-                and -(-max_context // splits) > H_PREFETCH_MIN_SPAN):
+        sms = num_sms(kv_cache.device.index or 0)
+        if h_producer_ok(head_dim, query_len, has_qstart) and programs <= H_PRODUCER_PROGRAMS_PER_SM * sms:
+            tiles = replace(tiles, producer=True)
+        elif programs <= H_PREFETCH_PROGRAMS_PER_SM * sms and -(-max_context // splits) > H_PREFETCH_MIN_SPAN:
             tiles = replace(tiles, prefetch=1)
     return kernel, tiles, splits
 
 
+def h_producer_ok(head_dim: int, query_len: int, has_qstart: bool) -> bool:
+    """Whether kernel "h" can run with its key producer warp (``_kernel_hw``): decode at D = 256."""
+    return head_dim == 256 and query_len == 1 and not has_qstart
+
+
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
               head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None,
-              early=False, prefetch=0) -> int:
+              early=False, prefetch=0, producer=False) -> int:
     """Stage 1 on kernel "h"; returns the combine's column order for its partials.
     ``timeline``: int64 [programs, 4], the kernel's diagnostics timeline (``tq_timeline.py``);
     ``early``: launched as a programmatic dependent of the kernel before it, reading the
@@ -482,6 +497,17 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
     from ._kernel_h import NUM_WARPS, _tq_decode_kernel_h, partial_order
 
     hk = kv_cache.shape[2]
+    if producer and timeline is None and h_producer_ok(head_dim, query_len, has_qstart):
+        from ._kernel_hw import PRODUCER_MAXNREG, _tq_decode_kernel_hw
+
+        _tq_decode_kernel_hw[(num_splits, hk, batch)](
+            qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
+            qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
+            SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
+            STAGES=max(2, stages), R=8, PDL=pdl, num_warps=NUM_WARPS, maxnreg=maxnreg or PRODUCER_MAXNREG,
+            **({"EARLY": True, "launch_pdl": True} if early else {}),
+        )
+        return partial_order(head_dim)
     qpp, rsplit = h_programs_per_split(query_len, group)
     _tq_decode_kernel_h[(num_splits * rsplit, hk, batch)](
         qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
@@ -642,7 +668,8 @@ def run_attention(
     elif kernel == "h":
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, has_qstart, tiles.num_stages, tiles.maxnreg,
-                         pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch(), prefetch=tiles.prefetch)
+                         pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch(), prefetch=tiles.prefetch,
+                         producer=tiles.producer)
         kern = None
         pdl = COMBINE_PDL
     elif kernel == "v":
