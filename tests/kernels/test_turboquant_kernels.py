@@ -1236,7 +1236,8 @@ def test_hopper_decode_producer_warp_build(group, page, stages, pdl, early):
     assert got["cp_async"] == 256 // 8 * 4 and got["copies_arrive"] == 1
     assert got["barrier_waits"] == 2  # the producer's wait for a free stage, the consumer's for its keys
     assert got["wgmma"] == 8 + 4 * 4
-    assert got["launch_dependents"] == pdl and got["wait_prior"] == early
+    # EARLY: each partition waits for the kernel before once, after its first block ids
+    assert got["launch_dependents"] == pdl and got["wait_prior"] == 2 * early
     if early:
         assert got["wait_before_copies"]
 

@@ -35,13 +35,16 @@ PRODUCER_MAXNREG = 128
 
 @gluon.jit
 def _producer(ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stride_kw, SKP: gl.constexpr,
-              PAGE: gl.constexpr, STAGES: gl.constexpr, D: gl.constexpr, PW: gl.constexpr):
-    """Requests the split's key tiles into the ring, each as soon as its stage is handed back."""
+              PAGE: gl.constexpr, STAGES: gl.constexpr, D: gl.constexpr, PW: gl.constexpr, EARLY: gl.constexpr):
+    """Requests the split's key tiles into the ring, each as soon as its stage is handed back
+    (``EARLY``: the first block ids read before the wait for the kernel before)."""
     BN: gl.constexpr = 64
     # [4 page parts, 16 rows, D bytes]: warp w copies parts w * 4 / PW ..; 32 lanes x 4 bytes
     LKC: gl.constexpr = gl.BlockedLayout([4 // PW, 16, 4], [1, 1, 32], [PW, 1, 1], [2, 1, 0])
     kpos, krow = _part_copies(4, D, SKP, LKC)
     kblk = _blocks(bt_row, start + kpos, last_page, PAGE)
+    if EARLY:
+        _wait_prior()
     for it in range(0, ntiles):
         s = it % STAGES
         mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
@@ -55,9 +58,11 @@ def _producer(ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stri
 @gluon.jit
 def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk_scale, KW, bt_row, start, end,
               ntiles, last_page, stride_kw, MidO, MidL, mid, SKP: gl.constexpr, PAGE: gl.constexpr,
-              STAGES: gl.constexpr, D: gl.constexpr, R: gl.constexpr, G: gl.constexpr, PDL: gl.constexpr):
+              STAGES: gl.constexpr, D: gl.constexpr, R: gl.constexpr, G: gl.constexpr, PDL: gl.constexpr,
+              EARLY: gl.constexpr):
     """The query split, then per tile: wait for its keys, the scores' products, the stage handed
-    back, the softmax and the value products; then the partials."""
+    back, the softmax and the value products; then the partials (``EARLY``: the first block
+    ids read before the wait for the kernel before, the query after it)."""
     BN: gl.constexpr = 64
     LS: gl.constexpr = _scores_layout(R)
     LS2: gl.constexpr = _scores_layout(2 * R)
@@ -66,6 +71,18 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
     LW3: gl.constexpr = _words_layout(True)
     LRS: gl.constexpr = gl.SliceLayout(0, LS)
     LRO: gl.constexpr = gl.SliceLayout(0, LO)
+    wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
+                        2) + D // 4
+    wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0),
+                          2) * 16
+    wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
+                          1) * (SKP // 4) + wi
+    st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
+    SZW: gl.constexpr = (D + D // 2) // 4
+    wblk = _blocks(bt_row, start + wpos, last_page, PAGE)
+    sblk = _blocks(bt_row, start + st, last_page, PAGE)
+    if EARLY:
+        _wait_prior()
     # the query rows as two fp8 parts, stacked as the scores' B operand (K-major)
     LQ: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     qrow = gl.arange(0, R, layout=gl.SliceLayout(1, LQ))
@@ -78,16 +95,6 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
     rsc = gl.convert_layout(inv, LRS) * qk_scale
     fence_async_shared()
     _cta_barrier()  # inside a partition: its own warps only
-    wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
-                        2) + D // 4
-    wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0),
-                          2) * 16
-    wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
-                          1) * (SKP // 4) + wi
-    st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
-    SZW: gl.constexpr = (D + D // 2) // 4
-    wblk = _blocks(bt_row, start + wpos, last_page, PAGE)
-    sblk = _blocks(bt_row, start + st, last_page, PAGE)
     m_i = gl.full([R], float("-inf"), gl.float32, layout=LRS)
     l_e = gl.zeros([BN, R], gl.float32, layout=LS)
     z_e = gl.zeros([BN, R], gl.float32, layout=LS)
@@ -168,8 +175,6 @@ def _tq_decode_kernel_hw(
     hk = gl.program_id(1)
     b = gl.program_id(2)
     q0, q_len, start, end, ntiles, last_page = _split_range(SeqLens, QStart, b, sid, num_splits, 1, False, BN, PAGE)
-    if EARLY:
-        _wait_prior()
     bt_row = BT + b.to(gl.int64) * stride_bt
     K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
@@ -185,7 +190,8 @@ def _tq_decode_kernel_hw(
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
     gl.warp_specialize([
         (_consumer, (ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk_scale, KW, bt_row, start,
-                     end, ntiles, last_page, stride_kw, MidO, MidL, mid, SKP, PAGE, STAGES, D, R, G, PDL)),
+                     end, ntiles, last_page, stride_kw, MidO, MidL, mid, SKP, PAGE, STAGES, D, R, G, PDL,
+                     EARLY)),
         (_producer, (ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stride_kw, SKP, PAGE, STAGES, D,
-                     PW)),
+                     PW, EARLY)),
     ], [PW], [PREGS])
