@@ -1507,13 +1507,18 @@ def test_gluon_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
      ([203, 1, 0, 95, 33, 4099], 32, 16, None),
      ([4099, 77, 1, 130], 24, 128, TileConfig(64, 4, 3, "h")),
      ([999, 64], 4, 32, None),
-     ([131075, 31], 24, 16, None)],
-    ids=["32K-gqa6", "B6-gqa8", "pages128-3stages", "pages32-mha", "128K"],
+     ([131075, 31], 24, 16, None),
+     ([203, 1, 0, 95, 33, 4099], 32, 16, TileConfig(64, 4, 2, "h", producer=True)),
+     ([4099, 77, 1, 130], 24, 128, TileConfig(64, 4, 3, "h", producer=True))],
+    ids=["32K-gqa6", "B6-gqa8", "pages128-3stages", "pages32-mha", "128K", "B6-gqa8-producer",
+         "pages128-3stages-producer"],
 )
 def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
-    """Kernel "h", the default decode on Hopper where it applies (and on request), against
-    float64: empty, one-token and odd lengths, groups of 1, 6 and 8, pages of 16 to 128, NaN
-    bytes past each sequence's end; the test asserts the kernel actually launched."""
+    """Kernel "h", the default decode on Hopper where it applies (and on request, with and
+    without its key producer warp), against float64: empty, one-token and odd lengths, groups
+    of 1, 6 and 8, pages of 16 to 128, NaN bytes past each sequence's end; the test asserts the
+    kernel actually launched. The plan runs the 32K and the pages-of-32 cases with the
+    producer warp (at most two programs an SM), the others without."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
     _check_gluon_decode("_launch_h", seqs, hq, page, tiles, monkeypatch)
@@ -1521,20 +1526,23 @@ def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-def test_hopper_decode_in_a_graph_waits_for_the_cache_write(monkeypatch):
+@pytest.mark.parametrize("seqs,producer", [([32775, 4099, 17], False), ([32775], True)])
+def test_hopper_decode_in_a_graph_waits_for_the_cache_write(monkeypatch, seqs, producer):
     """In a CUDA graph kernel "h" is a programmatic dependent launch of the kernel before it
     (``EARLY``): there, a kernel that writes the whole cache. Before each replay the cache is
     filled with NaN bytes; every replay's output must match float64 on the copied cache, so
-    no key or value was read before the copy ended."""
+    no key or value was read before the copy ended. One request of 32K runs the key producer
+    warp's build (each partition waits for itself), three requests the plain one."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernel h needs a Hopper GPU")
     from vllm_genesis.turboquant import _launch
 
     early = []
     real = _launch._launch_h
-    monkeypatch.setattr(_launch, "_launch_h", lambda *a, **k: early.append(k.get("early")) or real(*a, **k))
+    monkeypatch.setattr(_launch, "_launch_h",
+                        lambda *a, **k: early.append((k.get("early"), k.get("producer"))) or real(*a, **k))
     lay = TQLayout.from_preset("turboquant_k8v4", 256)
-    c = random_case(seq_lens=[32775, 4099, 17], num_heads=24, num_kv_heads=4, head_dim=256, block_size=16,
+    c = random_case(seq_lens=seqs, num_heads=24, num_kv_heads=4, head_dim=256, block_size=16,
                     layout=lay, device="cuda")
     ref = _ref(c, lay)
     cache = torch.full_like(c["kv_cache"], 0x7F)  # fp8 e4m3 NaN
@@ -1550,7 +1558,7 @@ def test_hopper_decode_in_a_graph_waits_for_the_cache_write(monkeypatch):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    assert early[-1] is True
+    assert early[-1] == (True, producer)
     for _ in range(20):
         cache.fill_(0x7F)
         out.fill_(float("nan"))
