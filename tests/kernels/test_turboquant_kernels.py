@@ -392,6 +392,81 @@ def test_hopper_decode_plan_where_two_programs_share_an_sm(monkeypatch, batch, c
         assert not _launch.call_plan(kv128, lay128, batch, 128, group, ql, context, **call)[1].producer
 
 
+class _FakeDriver:
+    """Stands in for libcuda: records the calls, answers ``rc``."""
+
+    def __init__(self, rc=0):
+        self.calls, self.rc = [], rc
+
+    def cuFuncSetCacheConfig(self, fn, config):
+        self.calls.append(("config", fn.value, config.value))
+        return self.rc
+
+    def cuFuncSetAttribute(self, fn, attr, value):
+        self.calls.append(("attribute", fn.value, attr.value, value.value))
+        return self.rc
+
+
+def test_carveout_asks_the_driver_once_per_kernel(monkeypatch):
+    """``prefer_carveout`` drops Triton's prefer-shared cache setting and asks for the
+    carve-out (``CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`` = 9) once per kernel and
+    percentage; a refusal is reported and asked again next time; no handle or no driver: no."""
+    from types import SimpleNamespace
+
+    from vllm_genesis.turboquant import _carveout
+
+    drv = _FakeDriver()
+    monkeypatch.setattr(_carveout, "_driver", [drv])
+    monkeypatch.setattr(_carveout, "_done", {})
+    k = SimpleNamespace(function=0x1234)
+    assert _carveout.prefer_carveout(k, 85) and _carveout.prefer_carveout(k, 85)
+    assert drv.calls == [("config", 0x1234, 0), ("attribute", 0x1234, 9, 85)]
+    assert _carveout.prefer_carveout(k, 70) and drv.calls[-1] == ("attribute", 0x1234, 9, 70)
+    assert not _carveout.prefer_carveout(SimpleNamespace(function=0), 85)
+    assert not _carveout.prefer_carveout(SimpleNamespace(), 85)
+    refused = _FakeDriver(rc=1)
+    monkeypatch.setattr(_carveout, "_driver", [refused])
+    k2 = SimpleNamespace(function=0x99)
+    assert not _carveout.prefer_carveout(k2, 85) and not _carveout.prefer_carveout(k2, 85)
+    assert len(refused.calls) == 2  # asked again: the refusal was not remembered as done
+    monkeypatch.setattr(_carveout, "_driver", [None])
+    assert not _carveout.prefer_carveout(SimpleNamespace(function=0x77), 85)
+
+
+@pytest.mark.parametrize("shared,asked", [(98_816, True), (49_664, True), (115_200, False), (40_000, False)])
+def test_kernel_v_asks_for_more_l1_where_its_build_is_small(monkeypatch, shared, asked):
+    """Kernel "v" builds of more than 48 KB (where Triton's loader asks for its largest
+    carve-out) and at most ``V_CARVEOUT_MAX_SHARED`` bytes of shared memory (the stacked-query
+    builds up to 32 rows at D = 256, the D = 128 builds of 64-token tiles) ask the driver for
+    the ``V_CARVEOUT`` carve-out after their launch; the 36-64-row builds at D = 256 keep
+    Triton's (two of them need its largest carve-out to share an SM), smaller builds the
+    driver's own. The kernel is stood in for."""
+    from types import SimpleNamespace
+
+    from vllm_genesis.turboquant import _kernel_v, _launch
+
+    built = SimpleNamespace(function=0x42, metadata=SimpleNamespace(shared=shared))
+
+    class _Stub:
+        def __getitem__(self, grid):
+            return lambda *a, **k: built
+
+    monkeypatch.setattr(_kernel_v, "_tq_verify_kernel_v", _Stub())
+    asked_for = []
+    monkeypatch.setattr(_launch, "prefer_carveout", lambda k, pct: asked_for.append((k, pct)) or True)
+    t = torch.zeros(4, 4, 4)
+    kv = torch.zeros(2, 16, 4, 388, dtype=torch.uint8)
+    _launch._launch_v(t, kv, torch.zeros(1, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), None, t, t,
+                      8, 1.0, 1, 6, 256, 16, 6)
+    assert asked_for == ([(built, _launch.V_CARVEOUT)] if asked else [])
+    assert (48 * 1024 < shared <= _launch.V_CARVEOUT_MAX_SHARED) == asked
+    monkeypatch.setattr(_launch, "V_CARVEOUT", None)
+    asked_for.clear()
+    _launch._launch_v(t, kv, torch.zeros(1, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), None, t, t,
+                      8, 1.0, 1, 6, 256, 16, 6)
+    assert asked_for == []
+
+
 def test_warmup_builds_the_kernel_each_batch_size_launches(monkeypatch):
     """PN522 on Hopper, where the kernel depends on the batch size and not only on the plan
     (24 verify rows at D = 256: kernel "h" for one request, kernel "v" for more): the warm-up
