@@ -215,6 +215,29 @@ def _word_offsets(blk, pos, stride_kw, PAGE: gl.constexpr, SKP: gl.constexpr):
 
 
 @gluon.jit
+def _softmax_step(s2, rsc, valid, szw, m_i, l_e, z_e, LS: gl.constexpr, BN: gl.constexpr, R: gl.constexpr):
+    """One tile's online softmax on the scores^T products ``s2`` ([BN, 2 R]; a row's hi and lo
+    columns r and R + r sit in the same thread's registers) times ``rsc``, tokens not ``valid``
+    left out: the probabilities times the value scales of ``szw`` in fp16 (the value product's
+    B operand), the rows' rescale factor, and the running maximum and per-element sums of p
+    and of p times the value zeros, updated."""
+    s = gl.convert_layout(gl.sum(gl.reshape(s2, [BN, 2, R]), 1), LS, assert_trivial=True)
+    s = s * gl.expand_dims(rsc, 0)
+    s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 0))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - gl.expand_dims(m_use, 0))
+    szw = gl.where(valid, szw, 0)
+    vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+    vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+    a2 = gl.expand_dims(alpha, 0)
+    l_e = l_e * a2 + p
+    z_e = z_e * a2 + p * gl.expand_dims(vz, 1)
+    return (p * gl.expand_dims(vs, 1)).to(gl.float16), alpha, m_new, l_e, z_e
+
+
+@gluon.jit
 def _value_operand(cw, LO: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr):
     """Code words [D / 8, tokens] -> the A operand V^T [D, tokens] in fp16. Row m of the operand
     is code j of word i with m = 128 j2 + 64 j1 + 16 (i // 8) + 8 j0 + i % 8 (j = 4 j2 + 2 j1 + j0)."""
@@ -393,23 +416,8 @@ def _tq_decode_kernel_h(
         kblk = _blocks(bt_row, pa + BN, last_page, PAGE)
         kcur = ksm.index(it % STAGES)
         s2 = warpgroup_mma(kcur, q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
-        # a row's hi and lo columns (r, R + r) sit in the same thread's registers
-        s = gl.convert_layout(gl.sum(gl.reshape(s2, [BN, 2, R]), 1), LS, assert_trivial=True)
-        s = s * gl.expand_dims(rsc, 0)
-        valid = ps_ < end
-        s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 0))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_use)
-        p = gl.exp2(s - gl.expand_dims(m_use, 0))
-        m_i = m_new
-        szw = gl.where(valid, szw, 0)
-        vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        a2 = gl.expand_dims(alpha, 0)
-        l_e = l_e * a2 + p
-        z_e = z_e * a2 + p * gl.expand_dims(vz, 1)
-        psm.store((p * gl.expand_dims(vs, 1)).to(gl.float16))
+        pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
+        psm.store(pv)
         fence_async_shared()
         _cta_barrier()
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)

@@ -24,8 +24,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ._kernel_g import _cta_barrier, _row_totals
 from ._kernel_h import (_async_load, _blocks, _launch_dependents, _output_layout, _part_copies, _probs_smem_layout,
-                        _q_split, _scores_layout, _split_range, _value_operand, _wait_prior, _word_offsets,
-                        _words_layout)
+                        _q_split, _scores_layout, _softmax_step, _split_range, _value_operand, _wait_prior,
+                        _word_offsets, _words_layout)
 
 NUM_WARPS = 4  # the consumer; the producer's warps come on top
 # registers a thread at launch: 256 threads (the consumer's warp group, the producer's padded to
@@ -111,23 +111,9 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
         cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         s2 = warpgroup_mma(ksm.index(s_), q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
         mbarrier.arrive(empty.index(s_))
-        s = gl.convert_layout(gl.sum(gl.reshape(s2, [BN, 2, R]), 1), LS, assert_trivial=True)
-        s = s * gl.expand_dims(rsc, 0)
-        valid = ps_ < end
-        s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 0))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_use)
-        p = gl.exp2(s - gl.expand_dims(m_use, 0))
-        m_i = m_new
-        szw = gl.where(valid, szw, 0)
-        vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        a2 = gl.expand_dims(alpha, 0)
-        l_e = l_e * a2 + p
-        z_e = z_e * a2 + p * gl.expand_dims(vz, 1)
+        pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
         pbuf = psm.index(it % 2)
-        pbuf.store((p * gl.expand_dims(vs, 1)).to(gl.float16))
+        pbuf.store(pv)
         fence_async_shared()
         _cta_barrier()  # inside a partition: its own warps only
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)
