@@ -215,6 +215,20 @@ def _word_offsets(blk, pos, stride_kw, PAGE: gl.constexpr, SKP: gl.constexpr):
 
 
 @gluon.jit
+def _code_word_offsets(LW3: gl.constexpr, SKP: gl.constexpr, D: gl.constexpr):
+    """The code words' loads as [D / 8 words, 4 page parts, 16 rows] in layout ``LW3``
+    (``_words_layout(True)``): each part's first token ([1, 4, 1], part x 16) and each word's
+    int32 offset from its part's first row ([D / 8, 1, 16]: row x SKP / 4 + D / 4 + word)."""
+    wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
+                        2) + D // 4
+    wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0),
+                          2) * 16
+    wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
+                          1) * (SKP // 4) + wi
+    return wpos, wrow
+
+
+@gluon.jit
 def _softmax_step(s2, rsc, valid, szw, m_i, l_e, z_e, LS: gl.constexpr, BN: gl.constexpr, R: gl.constexpr):
     """One tile's online softmax on the scores^T products ``s2`` ([BN, 2 R]; a row's hi and lo
     columns r and R + r sit in the same thread's registers) times ``rsc``, tokens not ``valid``
@@ -366,12 +380,7 @@ def _tq_decode_kernel_h(
         hsel = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW)))
         hsel = gl.expand_dims(gl.expand_dims(hsel, 0), 2) * 0x2222 + gl.zeros([16, 2, BN], gl.int32, layout=LW)
     else:
-        wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))),
-                                           1), 2) + D // 4
-        wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0),
-                              2) * 16
-        wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
-                              1) * (SKP // 4) + wi
+        wpos, wrow = _code_word_offsets(LW3, SKP, D)
     st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
     SZW: gl.constexpr = (D + D // 2) // 4
     wblk = _blocks(bt_row, start + wpos, last_page, PAGE)

@@ -23,9 +23,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma
 
 from ._kernel_g import _cta_barrier, _row_totals
-from ._kernel_h import (_async_load, _blocks, _launch_dependents, _output_layout, _part_copies, _probs_smem_layout,
-                        _q_split, _scores_layout, _softmax_step, _split_range, _value_operand, _wait_prior,
-                        _word_offsets, _words_layout)
+from ._kernel_h import (_async_load, _blocks, _code_word_offsets, _launch_dependents, _output_layout, _part_copies,
+                        _probs_smem_layout, _q_split, _scores_layout, _softmax_step, _split_range, _value_operand,
+                        _wait_prior, _word_offsets, _words_layout)
 
 NUM_WARPS = 4  # the consumer; the producer's warps come on top
 # registers a thread at launch: 256 threads (the consumer's warp group, the producer's padded to
@@ -71,12 +71,7 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
     LW3: gl.constexpr = _words_layout(True)
     LRS: gl.constexpr = gl.SliceLayout(0, LS)
     LRO: gl.constexpr = gl.SliceLayout(0, LO)
-    wi = gl.expand_dims(gl.expand_dims(gl.arange(0, D // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LW3))), 1),
-                        2) + D // 4
-    wpos = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LW3))), 0),
-                          2) * 16
-    wrow = gl.expand_dims(gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW3))), 0),
-                          1) * (SKP // 4) + wi
+    wpos, wrow = _code_word_offsets(LW3, SKP, D)
     st = gl.arange(0, BN, layout=gl.SliceLayout(1, LS))
     SZW: gl.constexpr = (D + D // 2) // 4
     wblk = _blocks(bt_row, start + wpos, last_page, PAGE)
