@@ -110,7 +110,8 @@ class TileConfig:
     pair_table: bool = False
     # kernel "h", decode at D = 256: the key copies in a warp of their own that feeds the
     # products' warp group through shared-memory barriers (``_kernel_hw``; 256 threads a
-    # program at 128 registers, so at most two programs an SM); elsewhere ignored
+    # program at 128 registers, so at most two programs an SM); elsewhere, and with the
+    # diagnostics timeline, kernel "h" runs as it is
     producer: bool = False
 
     def __post_init__(self):
@@ -410,7 +411,7 @@ H_TILES = TileConfig(64, 4, 2, "h")  # kernel "h" where it runs in place of the 
 H_PREFETCH_PROGRAMS_PER_SM = 2
 H_PREFETCH_MIN_SPAN = 4 * 64
 # D = 256 decode grids of at most this many programs per SM run kernel "h" with its key
-# producer warp (``TileConfig.producer``) instead of the prefetch: 1-6% less time there, 15-23%
+# producer warp (``TileConfig.producer``) instead of the prefetch: 1-6% less time there, 10-23%
 # more where four programs share an SM (docs/KERNELS.md "A producer warp for the key copies")
 H_PRODUCER_PROGRAMS_PER_SM = 2
 
