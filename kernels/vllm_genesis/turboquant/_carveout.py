@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 
+# Triton's loader asks for the largest carve-out for kernels of more shared memory than this
+TRITON_PREFER_SHARED_ABOVE = 48 * 1024
 _CU_FUNC_CACHE_PREFER_NONE = 0
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 _done: dict[int, int] = {}  # function handle -> the percentage asked for

@@ -229,6 +229,17 @@ def _code_word_offsets(LW3: gl.constexpr, SKP: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
+def _tile_words(KW, bt_row, wblk, sblk, n0, ps_, wpos, wrow, stride_kw, last_page, PAGE: gl.constexpr,
+                SKP: gl.constexpr, SZW: gl.constexpr, BN: gl.constexpr):
+    """The code words (``_code_word_offsets``' shape) and the scale/zero words of the tile at
+    ``n0`` (positions ``ps_``), from the block ids ``wblk`` / ``sblk`` read a step before; and
+    the next tile's block ids."""
+    cw3 = gl.load(KW + _word_offsets(wblk, n0 + wpos, stride_kw, PAGE, SKP) + wrow)
+    szw = gl.load(KW + _word_offsets(sblk, ps_, stride_kw, PAGE, SKP) + SZW)
+    return cw3, szw, _blocks(bt_row, n0 + BN + wpos, last_page, PAGE), _blocks(bt_row, ps_ + BN, last_page, PAGE)
+
+
+@gluon.jit
 def _softmax_step(s2, rsc, valid, szw, m_i, l_e, z_e, LS: gl.constexpr, BN: gl.constexpr, R: gl.constexpr):
     """One tile's online softmax on the scores^T products ``s2`` ([BN, 2 R]; a row's hi and lo
     columns r and R + r sit in the same thread's registers) times ``rsc``, tokens not ``valid``
@@ -400,10 +411,8 @@ def _tq_decode_kernel_h(
     for it in range(0, ntiles):
         n0 = start + it * BN
         ps_ = n0 + st
-        cw3 = gl.load(KW + _word_offsets(wblk, n0 + wpos, stride_kw, PAGE, SKP) + wrow)
-        szw = gl.load(KW + _word_offsets(sblk, ps_, stride_kw, PAGE, SKP) + SZW)
-        wblk = _blocks(bt_row, n0 + BN + wpos, last_page, PAGE)
-        sblk = _blocks(bt_row, ps_ + BN, last_page, PAGE)
+        cw3, szw, wblk, sblk = _tile_words(KW, bt_row, wblk, sblk, n0, ps_, wpos, wrow, stride_kw, last_page, PAGE,
+                                           SKP, SZW, BN)
         if PF > 0:
             pf_pos = n0 + PF * BN + pf_tok
             _prefetch_l2(KW + _word_offsets(pf_blk, pf_pos, stride_kw, PAGE, SKP) + pf_word)

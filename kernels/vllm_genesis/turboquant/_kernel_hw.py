@@ -3,7 +3,7 @@
 The same products, softmax and partials as ``_kernel_h`` (decode, D = 256, groups of up to 8
 heads), but the program is split in two partitions that meet at shared-memory barriers:
 
-* a producer of ``PW`` warps requests each key tile into a ring of ``STAGES`` stages
+* a producer warp requests each key tile into a ring of ``STAGES`` stages
   (``cp.async``, 4 bytes a copy, as kernel "h") as soon as the stage is free, and lets the
   copies arrive on the stage's ``ready`` barrier when they land; it reads the block ids a
   tile ahead;
@@ -24,8 +24,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ._kernel_g import _cta_barrier, _row_totals
 from ._kernel_h import (_async_load, _blocks, _code_word_offsets, _launch_dependents, _output_layout, _part_copies,
-                        _probs_smem_layout, _q_split, _scores_layout, _softmax_step, _split_range, _value_operand,
-                        _wait_prior, _word_offsets, _words_layout)
+                        _probs_smem_layout, _q_split, _scores_layout, _softmax_step, _split_range, _tile_words,
+                        _value_operand, _wait_prior, _word_offsets, _words_layout)
 
 NUM_WARPS = 4  # the consumer; the producer's warps come on top
 # registers a thread at launch: 256 threads (the consumer's warp group, the producer's padded to
@@ -35,12 +35,13 @@ PRODUCER_MAXNREG = 128
 
 @gluon.jit
 def _producer(ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stride_kw, SKP: gl.constexpr,
-              PAGE: gl.constexpr, STAGES: gl.constexpr, D: gl.constexpr, PW: gl.constexpr, EARLY: gl.constexpr):
+              PAGE: gl.constexpr, STAGES: gl.constexpr, D: gl.constexpr, EARLY: gl.constexpr):
     """Requests the split's key tiles into the ring, each as soon as its stage is handed back
     (``EARLY``: the first block ids read before the wait for the kernel before)."""
     BN: gl.constexpr = 64
-    # [4 page parts, 16 rows, D bytes]: warp w copies parts w * 4 / PW ..; 32 lanes x 4 bytes
-    LKC: gl.constexpr = gl.BlockedLayout([4 // PW, 16, 4], [1, 1, 32], [PW, 1, 1], [2, 1, 0])
+    # [4 page parts, 16 rows, D bytes]: 32 lanes x 4 bytes along a token (2 or 4 warps were no
+    # faster, docs/KERNELS.md)
+    LKC: gl.constexpr = gl.BlockedLayout([4, 16, 4], [1, 1, 32], [1, 1, 1], [2, 1, 0])
     kpos, krow = _part_copies(4, D, SKP, LKC)
     kblk = _blocks(bt_row, start + kpos, last_page, PAGE)
     if EARLY:
@@ -98,10 +99,8 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
         n0 = start + it * BN
         ps_ = n0 + st
         s_ = it % STAGES
-        cw3 = gl.load(KW + _word_offsets(wblk, n0 + wpos, stride_kw, PAGE, SKP) + wrow)
-        szw = gl.load(KW + _word_offsets(sblk, ps_, stride_kw, PAGE, SKP) + SZW)
-        wblk = _blocks(bt_row, n0 + BN + wpos, last_page, PAGE)
-        sblk = _blocks(bt_row, ps_ + BN, last_page, PAGE)
+        cw3, szw, wblk, sblk = _tile_words(KW, bt_row, wblk, sblk, n0, ps_, wpos, wrow, stride_kw, last_page, PAGE,
+                                           SKP, SZW, BN)
         mbarrier.wait(ready.index(s_), (it // STAGES) & 1)
         cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         s2 = warpgroup_mma(ksm.index(s_), q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
@@ -139,7 +138,6 @@ def _tq_decode_kernel_hw(
     PAGE: gl.constexpr,
     STAGES: gl.constexpr,
     R: gl.constexpr,
-    PW: gl.constexpr = 1,  # producer warps (1, 2 or 4)
     PREGS: gl.constexpr = 56,  # the producer's registers a thread
     PDL: gl.constexpr = False,
     EARLY: gl.constexpr = False,  # a programmatic dependent launch: the sequence length read
@@ -164,7 +162,7 @@ def _tq_decode_kernel_hw(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=32 * PW)
+        mbarrier.init(ready.index(i), count=32)  # the producer's lanes
         mbarrier.init(empty.index(i), count=1)
 
     q2_s = gl.allocate_shared_memory(gl.float8e4nv, [2 * R, D], SK)
@@ -174,5 +172,5 @@ def _tq_decode_kernel_hw(
                      end, ntiles, last_page, stride_kw, MidO, MidL, mid, SKP, PAGE, STAGES, D, R, G, PDL,
                      EARLY)),
         (_producer, (ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stride_kw, SKP, PAGE, STAGES, D,
-                     PW, EARLY)),
-    ], [PW], [PREGS])
+                     EARLY)),
+    ], [1], [PREGS])

@@ -12,7 +12,7 @@ import torch
 
 from ._kernel_q import _tq_split_kernel_q
 from ._kernels import _tq_combine_kernel, _tq_split_kernel, _tq_split_kernel_w
-from ._carveout import prefer_carveout
+from ._carveout import TRITON_PREFER_SHARED_ABOVE, prefer_carveout
 from .layout import TQLayout, next_pow2, pick_num_splits, pow2_alignment
 
 LOG2E = 1.4426950408889634
@@ -546,7 +546,8 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, PIPE=pipe, num_warps=NUM_WARPS,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
-    if V_CARVEOUT and 48 * 1024 < getattr(getattr(compiled, "metadata", None), "shared", 0) <= V_CARVEOUT_MAX_SHARED:
+    shared = getattr(getattr(compiled, "metadata", None), "shared", 0)
+    if V_CARVEOUT and TRITON_PREFER_SHARED_ABOVE < shared <= V_CARVEOUT_MAX_SHARED:
         prefer_carveout(compiled, V_CARVEOUT)
     return PARTIAL_ORDER_V
 
