@@ -310,7 +310,8 @@ def test_hopper_kernel_replaces_planned_verify_kernels():
         assert _h_verify_default(tiles, d, group, ql, 2) == (kernel != "v") == (ql * group <= 16)
         if kernel == "v":  # its products overlapped as measured per head size and row count
             assert tiles == verify_v_tiles(d, max(16, 1 << (ql * group - 1).bit_length()))
-            assert tiles.pipe == (4 if d == 128 or ql * group <= 32 else 1)
+            # the 33-64-row builds at D = 256 with V^T in halves (fits the larger L1's carve-out)
+            assert (tiles.pipe, tiles.v_halves) == ((4, False) if d == 128 or ql * group <= 32 else (3, True))
             # a single request of at most 32 rows at D = 256 takes kernel "h" in its place
             assert _h_verify_default(tiles, d, group, ql, 1) == (d == 256 and ql * group <= 32)
     assert _h_verify_default(TileConfig(64, 4, 5, "q"), 128, 4, 8, 2)  # a plan of kernel "q", 32 rows
@@ -1174,6 +1175,8 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     "scores_at": ptx.rfind("e4m3.e4m3"), "store_at": ptx.rfind("st.shared"),
                     "scores_wait_at": ptx.find("wgmma.wait_group", ptx.rfind("e4m3.e4m3")),
                     "waits_leaving_one": ptx.count("wgmma.wait_group.sync.aligned 1;"),
+                    "waits_leaving_two": ptx.count("wgmma.wait_group.sync.aligned 2;"),
+                    "shared": ck.metadata.shared,
                     # the N sizes of the fp8 (scores) products
                     "scores_n": sorted({int(n) for n in re.findall(r"m64n(\\d+)k32\\.f32\\.e4m3", ptx)}),
                     # kernel "hw": the copies' arrivals, the barrier waits, the partitions' registers
@@ -1363,6 +1366,29 @@ def test_hopper_verify_overlaps_its_products(pipe, d, ql):
     assert got["wgmma"] == d // 32 * (1 if 6 * ql <= 32 else 2) + 4 and got["cp_async"] == (d // 8 + d // 16 + 1) * 2
     assert got["scores_at"] < got["store_at"] < got["scores_wait_at"]
     assert got["waits_leaving_one"] == (pipe >= 3)
+
+
+@pytest.mark.parametrize("pipe,group,ql", [(3, 6, 6), (0, 8, 8), (1, 8, 5), (4, 6, 4)])
+def test_hopper_verify_builds_v_in_halves(pipe, group, ql):
+    """Kernel "v" with V^T in two halves of 32 tokens (``TileConfig.v_halves``, D = 256): the
+    second half is built in the tile's key stage, so the build takes 16 KB less shared memory
+    than with the whole V^T, and for 33-64 rows (the plan's) it falls within the sizes the
+    launcher asks the larger L1 for, where the whole V^T does not; the same copies and
+    products, two V^T stores a tile; with ``pipe`` 3 or 4 both halves' products are left
+    running (a wait that leaves two groups) and waited for before the next tile's barrier."""
+    from vllm_genesis.turboquant._carveout import TRITON_PREFER_SHARED_ABOVE
+    from vllm_genesis.turboquant._launch import V_CARVEOUT_MAX_SHARED
+
+    consts = dict(HK=4, G=group, D=256, PAGE=16, STAGES=2, SKP=4 * 388, SKH=388, QL=ql, BN=64, PDL=True, PIPE=pipe)
+    whole = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
+    halves = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts | dict(VHALF=True)))
+    assert whole["shared"] - halves["shared"] == 256 * 32 * 2
+    if group * ql > 32:
+        assert TRITON_PREFER_SHARED_ABOVE < halves["shared"] <= V_CARVEOUT_MAX_SHARED < whole["shared"]
+    assert (halves["wgmma"], halves["cp_async"]) == (whole["wgmma"], whole["cp_async"])
+    assert halves["ttg.local_store"] == 2 and halves["ttg.local_load"] == 3
+    assert halves["waits_leaving_two"] == (pipe >= 3) and halves["waits_leaving_one"] == 0
+    assert halves["stack"] <= whole["stack"]
 
 
 _COMBINE_BUILD = """
@@ -1671,16 +1697,18 @@ def test_hopper_decode_d128_on_gpu(seqs, hq, hk, page, tiles, monkeypatch):
                                               ([32771], [2], 24, 4, 256), ([999, 4100, 17], [4, 2, 3], 32, 8, 256),
                                               ([4099 + 13 * i for i in range(32)], [2, 1, 2, 2] * 8, 32, 8, 256),
                                               ([2051, 7, 300], [3, 1, 2], 24, 4, 256),
-                                              ([32771], [4], 24, 4, 256), ([4111], [8], 16, 4, 256)],
+                                              ([32771], [4], 24, 4, 256), ([4111], [8], 16, 4, 256),
+                                              ([32771], [6], 24, 4, 256), ([2051, 7, 300], [8, 1, 5], 32, 4, 256)],
                          ids=["32K-k4-gqa4", "B3-k8-gqa4", "B2-k5-gqa6", "B32-k2-gqa4", "32K-k8-gqa8-v",
                               "B3-k6-gqa6-v", "B3-k5-gqa8-v", "d256-32K-k2-gqa6", "d256-B3-k4-gqa4",
-                              "d256-B32-k2-gqa4", "d256-B3-k3-gqa6-v", "d256-32K-k4-gqa6-one", "d256-4K-k8-gqa4-one"])
+                              "d256-B32-k2-gqa4", "d256-B3-k3-gqa6-v", "d256-32K-k4-gqa6-one", "d256-4K-k8-gqa4-one",
+                              "d256-32K-k6-gqa6-v-halves", "d256-B3-k8-gqa8-v-halves"])
 def test_hopper_verify_default_on_gpu(seqs, qls, hq, hk, d, monkeypatch):
     """At D = 128 and 256 kernel "h" is the default verify for up to 16 K+1 x group rows, also
     for batches the plan gives the per-warp kernel (D = 128, 32 sequences x 8 KV heads, 8
     rows), and at D = 256 for single requests of up to 32 rows; kernel "v" for the other
-    batches of 17 to 64 rows: against float64 with the tail from the raw K/V; the test
-    asserts which kernel launched."""
+    batches of 17 to 64 rows (at D = 256 from 33 rows with V^T in halves): against float64
+    with the tail from the raw K/V; the test asserts which kernel launched."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("kernels h and v need a Hopper GPU")
     rows = max(qls) * (hq // hk)
@@ -1691,6 +1719,27 @@ def test_hopper_verify_default_on_gpu(seqs, qls, hq, hk, d, monkeypatch):
                     layout=lay, device="cuda")
     out = _run_verify(c, lay)
     assert calls, f"kernel {kernel} was not launched"
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seqs,qls,hq,pipe", [([2051, 7, 300], [6, 1, 3], 24, p) for p in range(5)]
+                         + [([515, 3000], [8, 7], 32, 3), ([999, 4100], [4, 2], 32, 0)],
+                         ids=[f"B3-gqa6-pipe{p}" for p in range(5)] + ["k8-gqa8-pipe3", "B2-gqa8-stacked-pipe0"])
+def test_hopper_verify_v_halves_on_gpu(seqs, qls, hq, pipe, monkeypatch):
+    """Kernel "v" with V^T in two halves (the second in the tile's key stage) for every
+    ``pipe``, 17 to 64 rows, odd and one-token lengths, against float64; the test asserts the
+    kernel launched."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("kernel v needs a Hopper GPU")
+    calls = _count_calls(monkeypatch, "_launch_v")
+    lay = TQLayout.from_preset("turboquant_k8v4", 256)
+    c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=16,
+                    layout=lay, device="cuda")
+    out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, "v", pipe=pipe, v_halves=True))
+    assert calls, "kernel v was not launched"
     assert not torch.isnan(out).any()
     assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
 

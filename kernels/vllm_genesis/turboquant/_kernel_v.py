@@ -31,6 +31,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
@@ -41,6 +42,14 @@ NUM_WARPS = 4
 # W = D / 8)
 PARTIAL_ORDER_V = 1
 ROWS_MAX = 64  # query rows a program (the products' M)
+
+
+@builtin
+def _smem_as(smem, dtype, shape, layout, _semantic=None):
+    """``smem`` seen as another dtype, shape and layout (the method's name differs between
+    Gluon versions: 3.6 ``_reinterpret``, later ``reinterpret``)."""
+    view = getattr(smem, "reinterpret", None) or smem._reinterpret
+    return view(dtype, shape, layout, _semantic=_semantic)
 
 
 @gluon.constexpr_function
@@ -106,6 +115,15 @@ def _query_rows(m, STACK: gl.constexpr):
     return m, m >= 0
 
 
+@gluon.jit
+def _vt_store(vsm, codes, t0, VN: gl.constexpr, W: gl.constexpr, D: gl.constexpr):
+    """V^T of tokens ``t0`` .. ``t0 + VN`` of a tile into ``vsm`` [D, VN] (fp16): code j of word
+    i (head column 8 i + j) of each token at row W j + i, from the tile's code words ``codes``
+    [tokens, W] in shared memory."""
+    cw = codes.reshape([codes.shape[0] // 8, 8, W]).slice(t0 // 8, VN // 8).load(_codes_read_layout(VN, W))
+    vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, VN]))
+
+
 @gluon.jit(do_not_specialize=["num_splits"])
 def _tq_verify_kernel_v(
     QR,  # [T, Hq, D] query
@@ -132,6 +150,7 @@ def _tq_verify_kernel_v(
     BN: gl.constexpr = 64,  # tokens a tile (64 or 32)
     PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
     PIPE: gl.constexpr = 0,  # TileConfig.pipe
+    VHALF: gl.constexpr = False,  # TileConfig.v_halves
 ):
     NP: gl.constexpr = BN // 16  # page parts a tile
     M: gl.constexpr = 64
@@ -140,6 +159,9 @@ def _tq_verify_kernel_v(
     S_FIRST: gl.constexpr = PIPE == 1 or PIPE == 3
     S_LATER: gl.constexpr = PIPE == 2 or PIPE == 4
     PV_ON: gl.constexpr = PIPE > 2
+    # with VHALF and PV_ON P V (which reads the tile's key stage) is waited for before the
+    # next tile's barrier, since that tile refills the stage; else after it
+    PV_LATE: gl.constexpr = PV_ON and not VHALF
     ROWS: gl.constexpr = QL * G
     W: gl.constexpr = D // 8  # code words a token
     # at most 32 rows: the query's two fp8 parts stacked on M (hi and lo of row 8 w + i at rows
@@ -149,11 +171,9 @@ def _tq_verify_kernel_v(
     LO: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     LKC: gl.constexpr = _copy_layout(BN, D)  # key bytes, 4 a copy
     LCC: gl.constexpr = _copy_layout(BN, W)  # code words
-    LCR: gl.constexpr = _codes_read_layout(BN, W)
     LSZ: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     LQ: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     SK: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-    SV: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=2 * BN, element_bitwidth=16, rank=2)
     SC: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     S1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     sid = gl.program_id(0)
@@ -188,7 +208,11 @@ def _tq_verify_kernel_v(
     ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
     csm = gl.allocate_shared_memory(gl.int32, [STAGES, BN, W], SC)
     zsm = gl.allocate_shared_memory(gl.int32, [STAGES, BN], S1)
-    vsm = gl.allocate_shared_memory(gl.float16, [D, BN], SV)  # V^T of the tile
+    # V^T of the tile; with VHALF its first half (the second goes to the key stage the scores
+    # have read)
+    VN: gl.constexpr = BN // 2 if VHALF else BN
+    SVH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=2 * VN, element_bitwidth=16, rank=2)
+    vsm = gl.allocate_shared_memory(gl.float16, [D, VN], SVH)
     K8 = KV.to(gl.pointer_type(gl.float8e4nv)) + hk * SKH
     KW = KV.to(gl.pointer_type(gl.int32)) + hk * (SKH // 4)
     kpos, krow = _part_copies(NP, D, SKP, LKC)
@@ -224,11 +248,13 @@ def _tq_verify_kernel_v(
         n0 = start + it * BN
         cur = it % STAGES
         async_copy.wait_group(STAGES - 2)
+        if PV_ON and VHALF:
+            acc = warpgroup_mma_wait(0, deps=[acc])
         fence_async_shared()
         _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
         kcur = ksm.index(cur)
         if S_FIRST:  # the scores' products run while the refill is requested and V^T built
-            if PV_ON:  # the previous tile's P V (it reads V^T) is done
+            if PV_LATE:  # the previous tile's P V (it reads V^T) is done
                 acc = warpgroup_mma_wait(0, deps=[acc])
             s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
         # refill the stage the previous tile used
@@ -246,17 +272,21 @@ def _tq_verify_kernel_v(
         zblk = _blocks(bt_row, pa + BN + zpos, last_page, PAGE)
 
         if S_LATER:  # the scores' products run while V^T is built
-            if PV_ON:  # the previous tile's P V ran while the refill was requested
+            if PV_LATE:  # the previous tile's P V ran while the refill was requested
                 acc = warpgroup_mma_wait(0, deps=[acc])
             s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
-        # V^T of this tile: code j of word i (head column 8 i + j) -> row W j + i, fp16
-        cw = csm.index(cur).reshape([BN // 8, 8, W]).load(LCR)
-        vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, BN]))
+        # V^T of this tile (with VHALF its first half): code j of word i (head column 8 i + j)
+        # -> row W j + i, fp16
+        _vt_store(vsm, csm.index(cur), 0, VN, W, D)
 
         if PIPE > 0:
             s = warpgroup_mma_wait(0, deps=[s])
         else:
             s = _scores(ql_s, qh_s, kcur, LS, M, BN, False, STACK)
+        if VHALF:  # V^T's second half in the key stage, once every warp's scores have read it
+            _cta_barrier()
+            vsm_b = _smem_as(kcur, gl.float16, [D, VN], SVH)
+            _vt_store(vsm_b, csm.index(cur), VN, VN, W, D)
         if STACK:
             s = _stacked_sum(s, LS, BN)
         s = s * gl.expand_dims(rsc, 1)
@@ -272,11 +302,20 @@ def _tq_verify_kernel_v(
         vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
         l_i = l_i * alpha + gl.sum(p, 1)
         z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 0), 1)
-        pa16 = gl.convert_layout((p * gl.expand_dims(vs, 0)).to(gl.float16), gl.DotOperandLayout(0, LO, 2))
+        p16 = (p * gl.expand_dims(vs, 0)).to(gl.float16)
+        LPA: gl.constexpr = gl.DotOperandLayout(0, LO, 2)
+        if not VHALF:
+            pa16 = gl.convert_layout(p16, LPA)
         fence_async_shared()
         _cta_barrier()  # V^T is stored
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
-        if PV_ON:  # runs into the next tile
+        if VHALF:  # P V over the two halves of the tile's tokens
+            pa, pb = gl.split(gl.permute(gl.reshape(p16, [M, 2, VN]), (0, 2, 1)))
+            acc = warpgroup_mma(gl.convert_layout(pa, LPA), vsm.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(gl.convert_layout(pb, LPA), vsm_b.permute((1, 0)), acc, is_async=PV_ON)
+            if PV_ON:  # runs into the next tile's copy wait
+                acc = warpgroup_mma_wait(2, deps=[acc])  # waits for nothing: the accumulator the loop carries
+        elif PV_ON:  # runs into the next tile
             acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=[acc])  # waits for nothing: the accumulator the loop carries
         else:

@@ -113,6 +113,11 @@ class TileConfig:
     # program at 128 registers, so at most two programs an SM); elsewhere, and with the
     # diagnostics timeline, kernel "h" runs as it is
     producer: bool = False
+    # kernel "v", 64-token tiles: V^T built and multiplied in two halves of 32 tokens, the
+    # second half in the tile's key stage once its scores are done (one more barrier a tile,
+    # 16 KB less shared memory at D = 256); with ``pipe`` 3 or 4 P V is waited for before the
+    # next tile's barrier (that tile refills the stage)
+    v_halves: bool = False
 
     def __post_init__(self):
         if self.pipe not in range(5):
@@ -186,11 +191,15 @@ def default_tiles(
 def verify_v_tiles(head_dim: int, m_pad: int = 64) -> TileConfig:
     """Kernel "v" for verify: 64-token tiles, 2 stages, its products overlapped with the
     V^T build: ``pipe`` 4 at D = 128 and wherever the query's two parts share one operand (at
-    most 32 rows, ``m_pad`` <= 32), else 1 (H200 sweeps, docs/KERNELS.md "Products
-    overlapped": at D = 256 with 36-64 rows 1 took 1.7-4% less time than waiting for each
-    product and 2% less than 4; at D = 128 4 took 1-2% less than 1; with the parts stacked
-    4 took 4.9-6% less than 1 on five D = 256 batches, two calls)."""
-    return TileConfig(64, 4, 2, "v", pipe=4 if head_dim == 128 or m_pad <= 32 else 1)
+    most 32 rows, ``m_pad`` <= 32); at D = 256 with 33-64 rows ``pipe`` 3 with V^T in two halves
+    (``v_halves``: 98,816 instead of 115,200 bytes of shared memory, so the build gets the
+    larger L1 of ``V_CARVEOUT``). H200 sweeps, docs/KERNELS.md "Products overlapped" and "V^T
+    in two halves": at D = 128 4 took 1-2% less time than 1; with the parts stacked 4 took
+    4.9-6% less than 1 on five D = 256 batches; with 36-64 rows the halves with ``pipe`` 3 took
+    11-15% less than the whole V^T with 1 on nine batches."""
+    if head_dim == 128 or m_pad <= 32:
+        return TileConfig(64, 4, 2, "v", pipe=4)
+    return TileConfig(64, 4, 2, "v", pipe=3, v_halves=True)
 
 
 def verify_q_tiles(m_pad: int) -> TileConfig:
@@ -534,7 +543,7 @@ V_CARVEOUT_MAX_SHARED = 100_000
 
 
 def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False, pipe=0) -> int:
+              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False, pipe=0, v_halves=False) -> int:
     """Stage 1 on kernel "v"; returns the combine's column order for its partials."""
     from ._kernel_v import NUM_WARPS, PARTIAL_ORDER_V, _tq_verify_kernel_v
 
@@ -543,7 +552,8 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l,
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
-        STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, PIPE=pipe, num_warps=NUM_WARPS,
+        STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, PIPE=pipe,
+        VHALF=v_halves and block_n > 32, num_warps=NUM_WARPS,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     shared = getattr(getattr(compiled, "metadata", None), "shared", 0)
@@ -689,7 +699,8 @@ def run_attention(
         pdl = COMBINE_PDL
     elif kernel == "v":
         perm = _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
-                         QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL, pipe=tiles.pipe)
+                         QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL, pipe=tiles.pipe,
+                         v_halves=tiles.v_halves)
         kern = None
         pdl = COMBINE_PDL
     elif kernel == "q":
