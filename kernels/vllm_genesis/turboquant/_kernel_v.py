@@ -289,13 +289,14 @@ def _tq_verify_kernel_v(
             _vt_store(vsm_b, csm.index(cur), VN, VN, W, D)
         if STACK:
             s = _stacked_sum(s, LS, BN)
-        s = s * gl.expand_dims(rsc, 1)
         valid = n0 + st < end
         s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+        # the row scale (> 0) applied to the row maximum and inside the exponent's FMA, not to
+        # every score first
+        m_new = gl.maximum(m_i, gl.max(s, 1) * rsc)
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = gl.exp2(m_i - m_use)
-        p = gl.exp2(s - gl.expand_dims(m_use, 1))
+        p = gl.exp2(gl.fma(s, gl.expand_dims(rsc, 1), -gl.expand_dims(m_use, 1)))
         m_i = m_new
         szw = gl.where(valid, zsm.index(cur).load(gl.SliceLayout(0, LS)), 0)
         vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
