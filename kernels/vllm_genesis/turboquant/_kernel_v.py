@@ -15,6 +15,11 @@ tokens x the group's heads of a request (up to 64 rows) on the products' M side:
   (code j of word i) at row W j + i (W = D / 8 words a token) so that a warp's stores spread
   over all banks; the partials keep that column order (a thread stores pairs of columns)
   and the combine writes each column to its place in the output;
+* ``VHALF`` (``TileConfig.v_halves``, 64-token tiles): V^T is built and multiplied in two
+  halves of 32 tokens, the first in a buffer of its own while the scores' products run, the
+  second in the tile's key stage once every warp has waited for those products (the stage
+  holds exactly that much fp16): 16 KB less shared memory at D = 256 (98,816 bytes for 33-64
+  rows, within the launcher's carve-out limit), one more barrier a tile;
 * ``PIPE`` (``TileConfig.pipe``) orders a tile so that the tensor cores and the other
   instructions run at once: the scores' products are issued before this tile's V^T is built
   and waited for after it (1 to 4; 1 and 3 issue them before the next tile's copies are
