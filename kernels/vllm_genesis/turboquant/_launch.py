@@ -196,7 +196,7 @@ def verify_v_tiles(head_dim: int, m_pad: int = 64) -> TileConfig:
     larger L1 of ``V_CARVEOUT``). H200 sweeps, docs/KERNELS.md "Products overlapped" and "V^T
     in two halves": at D = 128 4 took 1-2% less time than 1; with the parts stacked 4 took
     4.9-6% less than 1 on five D = 256 batches; with 36-64 rows the halves with ``pipe`` 3 took
-    11-15% less than the whole V^T with 1 on nine batches."""
+    11-15% less than the whole V^T with 1 on ten batches."""
     if head_dim == 128 or m_pad <= 32:
         return TileConfig(64, 4, 2, "v", pipe=4)
     return TileConfig(64, 4, 2, "v", pipe=3, v_halves=True)
