@@ -1345,11 +1345,15 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
 
 
 def test_kernel_v_rejects_an_unknown_pipe():
-    """``TileConfig.pipe`` outside 0-4 is refused when the tiles are made, before anything is
-    built or launched."""
+    """``TileConfig.pipe`` outside 0-4, and V^T halves on 32-token tiles, are refused when the
+    tiles are made, before anything is built or launched."""
     with pytest.raises(ValueError, match="pipe 5 is not one of 0-4"):
         TileConfig(64, 4, 2, "v", pipe=5)
     assert TileConfig(64, 4, 2, "v", pipe=4).pipe == 4
+    # V^T in halves splits a 64-token tile; a 32-token tile asking for it is refused too
+    with pytest.raises(ValueError, match="V\\^T halves need 64-token tiles, not 32"):
+        TileConfig(32, 4, 2, "v", pipe=3, v_halves=True)
+    assert TileConfig(64, 4, 2, "v", pipe=3, v_halves=True).v_halves
 
 
 @pytest.mark.parametrize("pipe,d,ql", [(1, 256, 6), (2, 256, 6), (3, 256, 6), (4, 128, 6), (4, 256, 6), (2, 128, 6),

@@ -164,8 +164,9 @@ def _tq_verify_kernel_v(
     S_FIRST: gl.constexpr = PIPE == 1 or PIPE == 3
     S_LATER: gl.constexpr = PIPE == 2 or PIPE == 4
     PV_ON: gl.constexpr = PIPE > 2
-    # with VHALF and PV_ON P V (which reads the tile's key stage) is waited for before the
-    # next tile's barrier, since that tile refills the stage; else after it
+    # P V left running is waited for before the next tile's barrier with VHALF (it reads the
+    # tile's key stage, which that tile refills), else after it
+    PV_EARLY: gl.constexpr = PV_ON and VHALF
     PV_LATE: gl.constexpr = PV_ON and not VHALF
     ROWS: gl.constexpr = QL * G
     W: gl.constexpr = D // 8  # code words a token
@@ -253,7 +254,7 @@ def _tq_verify_kernel_v(
         n0 = start + it * BN
         cur = it % STAGES
         async_copy.wait_group(STAGES - 2)
-        if PV_ON and VHALF:
+        if PV_EARLY:
             acc = warpgroup_mma_wait(0, deps=[acc])
         fence_async_shared()
         _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
