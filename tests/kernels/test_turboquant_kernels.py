@@ -1154,6 +1154,11 @@ if hasattr(M, "PRODUCER_MAXNREG"):  # kernel "hw": registers at launch (two prog
     opts["maxnreg"] = M.PRODUCER_MAXNREG
 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
+# the main loop: the longest span from a label back to a branch to it
+labels = {m.group(1): m.start() for m in re.finditer(r"^(\$L__\w+):", ptx, re.M)}
+spans = [(labels[m.group(1)], m.start()) for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__\w+);", ptx)
+         if labels.get(m.group(1), m.start()) < m.start()]
+loop = ptx[slice(*max(spans, key=lambda s: s[1] - s[0]))] if spans else ""
 with tempfile.NamedTemporaryFile(suffix=".cubin") as f:  # registers and stack of the built kernel
     f.write(ck.asm["cubin"])
     f.flush()
@@ -1177,6 +1182,8 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     "waits_leaving_one": ptx.count("wgmma.wait_group.sync.aligned 1;"),
                     "waits_leaving_two": ptx.count("wgmma.wait_group.sync.aligned 2;"),
                     "shared": ck.metadata.shared,
+                    # the main loop's barriers and scores (fp8) products
+                    "loop_barriers": loop.count("bar.sync"), "loop_scores": loop.count("e4m3.e4m3"),
                     # the N sizes of the fp8 (scores) products
                     "scores_n": sorted({int(n) for n in re.findall(r"m64n(\\d+)k32\\.f32\\.e4m3", ptx)}),
                     # kernel "hw": the copies' arrivals, the barrier waits, the partitions' registers
@@ -1345,8 +1352,8 @@ def test_hopper_verify_builds_its_operands_in_shared_memory(group, page, stages,
 
 
 def test_kernel_v_rejects_an_unknown_pipe():
-    """``TileConfig.pipe`` outside 0-4, and V^T halves on 32-token tiles, are refused when the
-    tiles are made, before anything is built or launched."""
+    """``TileConfig.pipe`` outside 0-4, V^T halves on 32-token tiles and a split ring of other
+    than two stages are refused when the tiles are made, before anything is built or launched."""
     with pytest.raises(ValueError, match="pipe 5 is not one of 0-4"):
         TileConfig(64, 4, 2, "v", pipe=5)
     assert TileConfig(64, 4, 2, "v", pipe=4).pipe == 4
@@ -1354,6 +1361,10 @@ def test_kernel_v_rejects_an_unknown_pipe():
     with pytest.raises(ValueError, match="V\\^T halves need 64-token tiles, not 32"):
         TileConfig(32, 4, 2, "v", pipe=3, v_halves=True)
     assert TileConfig(64, 4, 2, "v", pipe=3, v_halves=True).v_halves
+    # a split ring has exactly two stages
+    with pytest.raises(ValueError, match="a split ring has 2 stages, not 3"):
+        TileConfig(64, 4, 3, "v", pipe=3, split_ring=True)
+    assert TileConfig(64, 4, 2, "v", pipe=3, split_ring=True).split_ring
 
 
 @pytest.mark.parametrize("pipe,d,ql", [(1, 256, 6), (2, 256, 6), (3, 256, 6), (4, 128, 6), (4, 256, 6), (2, 128, 6),
@@ -1393,6 +1404,27 @@ def test_hopper_verify_builds_v_in_halves(pipe, group, ql):
     assert halves["ttg.local_store"] == 2 and halves["ttg.local_load"] == 3
     assert halves["waits_leaving_two"] == (pipe >= 3) and halves["waits_leaving_one"] == 0
     assert halves["stack"] <= whole["stack"]
+
+
+@pytest.mark.parametrize("pipe,halves,group,ql", [(3, True, 6, 6), (1, False, 6, 6), (4, False, 6, 4), (0, True, 8, 8)])
+def test_hopper_verify_split_ring_keeps_to_its_own_barriers(pipe, halves, group, ql):
+    """Kernel "v" with the ring's two stages as buffers of their own and the loop unrolled by two
+    (``TileConfig.split_ring``): a tile's only barriers are the one after the copy wait, the
+    loop's own at the tile's start and before P V, and with V^T in halves the one before the
+    second half; no more than the plain loop's (Triton 3.6 adds two there, for a ring indexed
+    at run time, later versions none); the same copies and products a tile and the same
+    shared memory."""
+    consts = dict(HK=4, G=group, D=256, PAGE=16, STAGES=2, SKP=4 * 388, SKH=388, QL=ql, BN=64, PDL=True, PIPE=pipe,
+                  VHALF=halves)
+    plain = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts))
+    split = _sm90_build(_GLUON_SM90_BUILD, "_kernel_v", "_tq_verify_kernel_v", repr(consts | dict(SPLIT_RING=True)))
+    per_tile = 256 // 32 * (1 if group * ql <= 32 else 2)  # scores products a tile
+    assert plain["loop_scores"] == per_tile and split["loop_scores"] == 2 * per_tile  # the loop holds two tiles
+    assert split["loop_barriers"] == 2 * (3 + halves) <= 2 * plain["loop_barriers"]
+    tile = 256 // 8 + 256 // 16 + 1  # copies a tile (keys, code words, scale/zero words)
+    assert (plain["cp_async"], split["cp_async"]) == (2 * tile, 3 * tile)  # the prologue's and the loop's
+    assert split["wgmma"] == 2 * plain["wgmma"]  # every product is in the loop
+    assert split["shared"] == plain["shared"]
 
 
 _COMBINE_BUILD = """
@@ -1743,6 +1775,31 @@ def test_hopper_verify_v_halves_on_gpu(seqs, qls, hq, pipe, monkeypatch):
     c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=4, head_dim=256, block_size=16,
                     layout=lay, device="cuda")
     out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, "v", pipe=pipe, v_halves=True))
+    assert calls, "kernel v was not launched"
+    assert not torch.isnan(out).any()
+    assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seqs,qls,hq,d,pipe,halves",
+                         [([2051, 7, 300], [6, 1, 3], 24, 256, p, True) for p in range(5)]
+                         + [([32771], [6], 24, 256, 3, True), ([4099, 80, 1500], [6, 2, 6], 24, 256, 1, False),
+                            ([999, 4100], [4, 2], 32, 256, 4, False), ([515, 3000, 33], [8, 7, 3], 32, 128, 4, False)],
+                         ids=[f"B3-gqa6-halves-pipe{p}" for p in range(5)]
+                         + ["32K-k6-gqa6-halves-pipe3", "B3-gqa6-pipe1", "B2-gqa8-stacked-pipe4", "d128-k8-gqa8-pipe4"])
+def test_hopper_verify_v_split_ring_on_gpu(seqs, qls, hq, d, pipe, halves, monkeypatch):
+    """Kernel "v" with the ring's two stages as buffers of their own and the loop unrolled by two
+    (``TileConfig.split_ring``): splits of odd and even tile counts (the second half of the
+    last pair skipped), every ``pipe``, with and without V^T in halves, D = 128 and 256,
+    against float64; the test asserts the kernel launched."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("kernel v needs a Hopper GPU")
+    calls = _count_calls(monkeypatch, "_launch_v")
+    lay = TQLayout.from_preset("turboquant_k8v4", d)
+    c = random_case(seq_lens=seqs, query_lens=qls, num_heads=hq, num_kv_heads=4, head_dim=d, block_size=16,
+                    layout=lay, device="cuda")
+    out = _run_verify(c, lay, tiles=TileConfig(64, 4, 2, "v", pipe=pipe, v_halves=halves, split_ring=True))
     assert calls, "kernel v was not launched"
     assert not torch.isnan(out).any()
     assert rel_err(out, _ref(c, lay, verify=True)) < DEQ_BOUND

@@ -378,7 +378,8 @@ def tile_key(t) -> str:
             + ("" if t.fused_sums else "-unfused") + (f"-vs{t.vsplit}" if t.vsplit > 1 else "")
             + (f"-rs{t.rsplit}" if t.rsplit > 1 else "") + (f"-lazy{t.lazy:g}" if t.lazy is not None else "")
             + ("-rowsM" if t.rows_m else "") + (f"-pipe{t.pipe}" if t.pipe else "")
-            + ("-producer" if t.producer else "") + ("-vhalves" if t.v_halves else ""))
+            + ("-producer" if t.producer else "") + ("-vhalves" if t.v_halves else "")
+            + ("-splitring" if t.split_ring else ""))
 
 
 def tune_variants(kind, B, D, rows, S):

@@ -20,6 +20,13 @@ tokens x the group's heads of a request (up to 64 rows) on the products' M side:
   second in the tile's key stage once every warp has waited for those products (the stage
   holds exactly that much fp16): 16 KB less shared memory at D = 256 (98,816 bytes for 33-64
   rows, within the launcher's carve-out limit), one more barrier a tile;
+* ``SPLIT_RING`` (``TileConfig.split_ring``, 2 stages): each stage of the copies' ring a buffer
+  of its own and the loop unrolled by two (the second tile of a pair under a branch), so that
+  Triton 3.6 puts no barrier between one stage's refill and the other stage's reads (with one
+  ring indexed at run time it adds two a tile; later versions none). Each buffer is indexed
+  with a 0 the compiler cannot fold, so that the products' shared-memory descriptors are made
+  in the loop, as with one ring, not kept in registers across it (the build spilled ~100
+  bytes that way);
 * ``PIPE`` (``TileConfig.pipe``) orders a tile so that the tensor cores and the other
   instructions run at once: the scores' products are issued before this tile's V^T is built
   and waited for after it (1 to 4; 1 and 3 issue them before the next tile's copies are
@@ -129,6 +136,140 @@ def _vt_store(vsm, codes, t0, VN: gl.constexpr, W: gl.constexpr, D: gl.constexpr
     vsm.store(gl.reshape(gl.permute(_codes_joined(cw), (5, 4, 3, 2, 0, 1)), [D, VN]))
 
 
+@gluon.jit
+def _v_blocks(n0, src, PAGE: gl.constexpr):
+    """Block ids of the tile at token ``n0``: its keys', code words' and scale/zero words'
+    copies (``src``: the cache pointers, copy positions and bounds ``_tq_verify_kernel_v`` sets
+    up)."""
+    K8, KW, kpos, krow, cpos, crow, zpos, bt_row, last_page, end, stride_kw = src
+    return (_blocks(bt_row, n0 + kpos, last_page, PAGE), _blocks(bt_row, n0 + cpos, last_page, PAGE),
+            _blocks(bt_row, n0 + zpos, last_page, PAGE))
+
+
+@gluon.jit
+def _v_copies(stage, n0, blk, src, D: gl.constexpr, BN: gl.constexpr, PAGE: gl.constexpr, SKP: gl.constexpr):
+    """Request the tile at token ``n0`` (block ids ``blk``) into ``stage`` (keys, code words,
+    scale/zero words), one copy group."""
+    K8, KW, kpos, krow, cpos, crow, zpos, bt_row, last_page, end, stride_kw = src
+    kblk, cblk, zblk = blk
+    ks, cs, zs = stage
+    NP: gl.constexpr = BN // 16
+    _async_load(ks.reshape([NP, 16, D]), K8 + 4 * _word_offsets(kblk, n0 + kpos, stride_kw, PAGE, SKP) + krow,
+                mask=n0 + kpos < end)
+    _async_load(cs.reshape([NP, 16, D // 8]), KW + _word_offsets(cblk, n0 + cpos, stride_kw, PAGE, SKP) + crow,
+                mask=n0 + cpos < end)
+    _async_load(zs, KW + _word_offsets(zblk, n0 + zpos, stride_kw, PAGE, SKP) + (D + D // 2) // 4,
+                mask=n0 + zpos < end)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _ring(stages: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, SK: gl.constexpr, SC: gl.constexpr,
+          S1: gl.constexpr):
+    """A ring of ``stages`` tiles in shared memory: keys [BN, D] fp8, code words [BN, D / 8] and
+    scale/zero words [BN] (int32)."""
+    return (gl.allocate_shared_memory(gl.float8e4nv, [stages, BN, D], SK),
+            gl.allocate_shared_memory(gl.int32, [stages, BN, D // 8], SC),
+            gl.allocate_shared_memory(gl.int32, [stages, BN], S1))
+
+
+@gluon.jit
+def _stage(ring, i):
+    """Stage ``i`` of each of a ring's buffers (keys, code words, scale/zero words)."""
+    k, c, z = ring
+    return k.index(i), c.index(i), z.index(i)
+
+
+@gluon.jit
+def _v_tile(n0, ring, cur, ring_next, nxt, vsm, ql_s, qh_s, src, blk, st, rsc, m_i, l_i, z_i, acc, D: gl.constexpr,
+            BN: gl.constexpr, STAGES: gl.constexpr, PAGE: gl.constexpr, SKP: gl.constexpr, PIPE: gl.constexpr,
+            VHALF: gl.constexpr, STACK: gl.constexpr, LS: gl.constexpr, LO: gl.constexpr, SVH: gl.constexpr):
+    """One tile of kernel "v"'s loop, at token ``n0``, in stage ``cur`` of ``ring`` (keys, code
+    words, scale/zero words): its copies waited for, stage ``nxt`` of ``ring_next`` (the
+    previous tile's) refilled with the tile STAGES - 1 ahead (block ids ``blk``; the next ones
+    are returned), S, the softmax and P V into the running state ``m_i``, ``l_i``, ``z_i``,
+    ``acc``."""
+    M: gl.constexpr = 64
+    W: gl.constexpr = D // 8
+    # TileConfig.pipe: the scores' products issued before the refill is requested (1, 3) or
+    # after it (2, 4), and P V left running into the next tile (3, 4)
+    S_FIRST: gl.constexpr = PIPE == 1 or PIPE == 3
+    S_LATER: gl.constexpr = PIPE == 2 or PIPE == 4
+    PV_ON: gl.constexpr = PIPE > 2
+    # P V left running is waited for before the next tile's barrier with VHALF (it reads the
+    # tile's key stage, which that tile refills), else after it
+    PV_EARLY: gl.constexpr = PV_ON and VHALF
+    PV_LATE: gl.constexpr = PV_ON and not VHALF
+    VN: gl.constexpr = BN // 2 if VHALF else BN
+    LRO: gl.constexpr = gl.SliceLayout(1, LO)
+    async_copy.wait_group(STAGES - 2)
+    if PV_EARLY:
+        acc = warpgroup_mma_wait(0, deps=[acc])
+    fence_async_shared()
+    _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
+    kcur, ccur, zcur = _stage(ring, cur)
+    if S_FIRST:  # the scores' products run while the refill is requested and V^T built
+        if PV_LATE:  # the previous tile's P V (it reads V^T) is done
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
+    # refill the stage the previous tile used
+    pa = n0 + (STAGES - 1) * BN
+    _v_copies(_stage(ring_next, nxt), pa, blk, src, D, BN, PAGE, SKP)
+    blk = _v_blocks(pa + BN, src, PAGE)
+
+    if S_LATER:  # the scores' products run while V^T is built
+        if PV_LATE:  # the previous tile's P V ran while the refill was requested
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
+    # V^T of this tile (with VHALF its first half): code j of word i (head column 8 i + j)
+    # -> row W j + i, fp16
+    _vt_store(vsm, ccur, 0, VN, W, D)
+
+    if PIPE > 0:
+        s = warpgroup_mma_wait(0, deps=[s])
+    else:
+        s = _scores(ql_s, qh_s, kcur, LS, M, BN, False, STACK)
+    if VHALF:  # V^T's second half in the key stage, once every warp's scores have read it
+        _cta_barrier()
+        vsm_b = _smem_as(kcur, gl.float16, [D, VN], SVH)
+        _vt_store(vsm_b, ccur, VN, VN, W, D)
+    if STACK:
+        s = _stacked_sum(s, LS, BN)
+    valid = n0 + st < src[9]  # the split's end
+    s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
+    # the row scale (> 0) applied to the row maximum and inside the exponent's FMA, not to
+    # every score first
+    m_new = gl.maximum(m_i, gl.max(s, 1) * rsc)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(gl.fma(s, gl.expand_dims(rsc, 1), -gl.expand_dims(m_use, 1)))
+    m_i = m_new
+    szw = gl.where(valid, zcur.load(gl.SliceLayout(0, LS)), 0)
+    vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+    vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 0), 1)
+    p16 = (p * gl.expand_dims(vs, 0)).to(gl.float16)
+    LPA: gl.constexpr = gl.DotOperandLayout(0, LO, 2)
+    if not VHALF:
+        pa16 = gl.convert_layout(p16, LPA)
+    fence_async_shared()
+    _cta_barrier()  # V^T is stored
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
+    if VHALF:  # P V over the two halves of the tile's tokens
+        pa, pb = gl.split(gl.permute(gl.reshape(p16, [M, 2, VN]), (0, 2, 1)))
+        acc = warpgroup_mma(gl.convert_layout(pa, LPA), vsm.permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(gl.convert_layout(pb, LPA), vsm_b.permute((1, 0)), acc, is_async=PV_ON)
+        if PV_ON:  # runs into the next tile's copy wait
+            acc = warpgroup_mma_wait(2, deps=[acc])  # waits for nothing: the accumulator the loop carries
+    elif PV_ON:  # runs into the next tile
+        acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=[acc])  # waits for nothing: the accumulator the loop carries
+    else:
+        acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
+    return blk, m_i, l_i, z_i, acc
+
+
 @gluon.jit(do_not_specialize=["num_splits"])
 def _tq_verify_kernel_v(
     QR,  # [T, Hq, D] query
@@ -156,18 +297,11 @@ def _tq_verify_kernel_v(
     PDL: gl.constexpr = False,  # the combine is a programmatic dependent launch: let it start
     PIPE: gl.constexpr = 0,  # TileConfig.pipe
     VHALF: gl.constexpr = False,  # TileConfig.v_halves
+    SPLIT_RING: gl.constexpr = False,  # TileConfig.split_ring (STAGES 2)
 ):
     NP: gl.constexpr = BN // 16  # page parts a tile
     M: gl.constexpr = 64
-    # TileConfig.pipe: the scores' products issued before the refill is requested (1, 3) or
-    # after it (2, 4), and P V left running into the next tile (3, 4)
-    S_FIRST: gl.constexpr = PIPE == 1 or PIPE == 3
-    S_LATER: gl.constexpr = PIPE == 2 or PIPE == 4
-    PV_ON: gl.constexpr = PIPE > 2
-    # P V left running is waited for before the next tile's barrier with VHALF (it reads the
-    # tile's key stage, which that tile refills), else after it
-    PV_EARLY: gl.constexpr = PV_ON and VHALF
-    PV_LATE: gl.constexpr = PV_ON and not VHALF
+    PV_ON: gl.constexpr = PIPE > 2  # P V left running into the next tile (TileConfig.pipe)
     ROWS: gl.constexpr = QL * G
     W: gl.constexpr = D // 8  # code words a token
     # at most 32 rows: the query's two fp8 parts stacked on M (hi and lo of row 8 w + i at rows
@@ -210,10 +344,14 @@ def _tq_verify_kernel_v(
         ql_s = gl.allocate_shared_memory(gl.float8e4nv, [M, D], SK, ql)
         rsc = gl.convert_layout(inv, LR) * qk_scale
 
-    # rings of STAGES: the keys, the code words and the scale/zero words of a tile
-    ksm = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], SK)
-    csm = gl.allocate_shared_memory(gl.int32, [STAGES, BN, W], SC)
-    zsm = gl.allocate_shared_memory(gl.int32, [STAGES, BN], S1)
+    # rings of STAGES: the keys, the code words and the scale/zero words of a tile (SPLIT_RING:
+    # two rings of one stage, so that Triton sees a stage's refill and the other stage's reads
+    # touch different memory and puts no barrier between them)
+    if SPLIT_RING:
+        ring0 = _ring(1, BN, D, SK, SC, S1)
+        ring1 = _ring(1, BN, D, SK, SC, S1)
+    else:
+        ring = _ring(STAGES, BN, D, SK, SC, S1)
     # V^T of the tile; with VHALF its first half (the second goes to the key stage the scores
     # have read)
     VN: gl.constexpr = BN // 2 if VHALF else BN
@@ -225,24 +363,14 @@ def _tq_verify_kernel_v(
     cpos, crow = _part_copies(NP, W, SKP // 4, LCC)
     crow = crow + D // 4  # the code words follow the key bytes
     zpos = gl.arange(0, BN, layout=LSZ)
-    SZW: gl.constexpr = (D + D // 2) // 4
-    for j in gl.static_range(STAGES - 1):
-        n0 = start + j * BN
-        pk = n0 + kpos
-        _async_load(ksm.index(j).reshape([NP, 16, D]),
-                    K8 + 4 * _word_offsets(_blocks(bt_row, pk, last_page, PAGE), pk, stride_kw, PAGE, SKP) + krow,
-                    mask=pk < end)
-        pc = n0 + cpos
-        _async_load(csm.index(j).reshape([NP, 16, W]), KW + _word_offsets(_blocks(bt_row, pc, last_page, PAGE), pc, stride_kw, PAGE, SKP)
-                    + crow, mask=pc < end)
-        pz = n0 + zpos
-        _async_load(zsm.index(j), KW + _word_offsets(_blocks(bt_row, pz, last_page, PAGE), pz, stride_kw, PAGE, SKP)
-                    + SZW, mask=pz < end)
-        async_copy.commit_group()
-    n1 = start + (STAGES - 1) * BN
-    kblk = _blocks(bt_row, n1 + kpos, last_page, PAGE)
-    cblk = _blocks(bt_row, n1 + cpos, last_page, PAGE)
-    zblk = _blocks(bt_row, n1 + zpos, last_page, PAGE)
+    src = (K8, KW, kpos, krow, cpos, crow, zpos, bt_row, last_page, end, stride_kw)
+    if SPLIT_RING:
+        _v_copies(_stage(ring0, 0), start, _v_blocks(start, src, PAGE), src, D, BN, PAGE, SKP)
+    else:
+        for j in gl.static_range(STAGES - 1):
+            n0 = start + j * BN
+            _v_copies(_stage(ring, j), n0, _v_blocks(n0, src, PAGE), src, D, BN, PAGE, SKP)
+    blk = _v_blocks(start + (STAGES - 1) * BN, src, PAGE)
 
     st = gl.arange(0, BN, layout=gl.SliceLayout(0, LS))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, LO))
@@ -250,83 +378,21 @@ def _tq_verify_kernel_v(
     l_i = gl.zeros([M], gl.float32, layout=LR)
     z_i = gl.zeros([M], gl.float32, layout=LR)
     acc = gl.zeros([M, D], gl.float32, layout=LO)
-    for it in range(0, ntiles):
-        n0 = start + it * BN
-        cur = it % STAGES
-        async_copy.wait_group(STAGES - 2)
-        if PV_EARLY:
-            acc = warpgroup_mma_wait(0, deps=[acc])
-        fence_async_shared()
-        _cta_barrier()  # this tile's copies are in; every warp is past the previous tile's products
-        kcur = ksm.index(cur)
-        if S_FIRST:  # the scores' products run while the refill is requested and V^T built
-            if PV_LATE:  # the previous tile's P V (it reads V^T) is done
-                acc = warpgroup_mma_wait(0, deps=[acc])
-            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
-        # refill the stage the previous tile used
-        nxt = (it + STAGES - 1) % STAGES
-        pa = n0 + (STAGES - 1) * BN
-        _async_load(ksm.index(nxt).reshape([NP, 16, D]),
-                    K8 + 4 * _word_offsets(kblk, pa + kpos, stride_kw, PAGE, SKP) + krow, mask=pa + kpos < end)
-        _async_load(csm.index(nxt).reshape([NP, 16, W]), KW + _word_offsets(cblk, pa + cpos, stride_kw, PAGE, SKP) + crow,
-                    mask=pa + cpos < end)
-        _async_load(zsm.index(nxt), KW + _word_offsets(zblk, pa + zpos, stride_kw, PAGE, SKP) + SZW,
-                    mask=pa + zpos < end)
-        async_copy.commit_group()
-        kblk = _blocks(bt_row, pa + BN + kpos, last_page, PAGE)
-        cblk = _blocks(bt_row, pa + BN + cpos, last_page, PAGE)
-        zblk = _blocks(bt_row, pa + BN + zpos, last_page, PAGE)
-
-        if S_LATER:  # the scores' products run while V^T is built
-            if PV_LATE:  # the previous tile's P V ran while the refill was requested
-                acc = warpgroup_mma_wait(0, deps=[acc])
-            s = _scores(ql_s, qh_s, kcur, LS, M, BN, True, STACK)
-        # V^T of this tile (with VHALF its first half): code j of word i (head column 8 i + j)
-        # -> row W j + i, fp16
-        _vt_store(vsm, csm.index(cur), 0, VN, W, D)
-
-        if PIPE > 0:
-            s = warpgroup_mma_wait(0, deps=[s])
-        else:
-            s = _scores(ql_s, qh_s, kcur, LS, M, BN, False, STACK)
-        if VHALF:  # V^T's second half in the key stage, once every warp's scores have read it
-            _cta_barrier()
-            vsm_b = _smem_as(kcur, gl.float16, [D, VN], SVH)
-            _vt_store(vsm_b, csm.index(cur), VN, VN, W, D)
-        if STACK:
-            s = _stacked_sum(s, LS, BN)
-        valid = n0 + st < end
-        s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
-        # the row scale (> 0) applied to the row maximum and inside the exponent's FMA, not to
-        # every score first
-        m_new = gl.maximum(m_i, gl.max(s, 1) * rsc)
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_use)
-        p = gl.exp2(gl.fma(s, gl.expand_dims(rsc, 1), -gl.expand_dims(m_use, 1)))
-        m_i = m_new
-        szw = gl.where(valid, zsm.index(cur).load(gl.SliceLayout(0, LS)), 0)
-        vs = (szw & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        vz = ((szw >> 16) & 0xFFFF).to(gl.uint16).to(gl.float16, bitcast=True).to(gl.float32)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        z_i = z_i * alpha + gl.sum(p * gl.expand_dims(vz, 0), 1)
-        p16 = (p * gl.expand_dims(vs, 0)).to(gl.float16)
-        LPA: gl.constexpr = gl.DotOperandLayout(0, LO, 2)
-        if not VHALF:
-            pa16 = gl.convert_layout(p16, LPA)
-        fence_async_shared()
-        _cta_barrier()  # V^T is stored
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 1)
-        if VHALF:  # P V over the two halves of the tile's tokens
-            pa, pb = gl.split(gl.permute(gl.reshape(p16, [M, 2, VN]), (0, 2, 1)))
-            acc = warpgroup_mma(gl.convert_layout(pa, LPA), vsm.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(gl.convert_layout(pb, LPA), vsm_b.permute((1, 0)), acc, is_async=PV_ON)
-            if PV_ON:  # runs into the next tile's copy wait
-                acc = warpgroup_mma_wait(2, deps=[acc])  # waits for nothing: the accumulator the loop carries
-        elif PV_ON:  # runs into the next tile
-            acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=[acc])  # waits for nothing: the accumulator the loop carries
-        else:
-            acc = warpgroup_mma(pa16, vsm.permute((1, 0)), acc)
+    if SPLIT_RING:  # the loop unrolled by two, each half naming its rings
+        for it in range(0, ntiles, 2):
+            zero = gl.minimum(start + it * BN, 0)  # 0, but not to the compiler
+            blk, m_i, l_i, z_i, acc = _v_tile(start + it * BN, ring0, zero, ring1, zero, vsm, ql_s, qh_s, src, blk,
+                                              st, rsc, m_i, l_i, z_i, acc, D, BN, STAGES, PAGE, SKP, PIPE, VHALF,
+                                              STACK, LS, LO, SVH)
+            if it + 1 < ntiles:
+                blk, m_i, l_i, z_i, acc = _v_tile(start + (it + 1) * BN, ring1, zero, ring0, zero, vsm, ql_s, qh_s,
+                                                  src, blk, st, rsc, m_i, l_i, z_i, acc, D, BN, STAGES, PAGE, SKP,
+                                                  PIPE, VHALF, STACK, LS, LO, SVH)
+    else:  # this tile's stage; the refill goes to the stage the previous tile used
+        for it in range(0, ntiles):
+            blk, m_i, l_i, z_i, acc = _v_tile(start + it * BN, ring, it % STAGES, ring, (it + STAGES - 1) % STAGES,
+                                              vsm, ql_s, qh_s, src, blk, st, rsc, m_i, l_i, z_i, acc, D, BN, STAGES,
+                                              PAGE, SKP, PIPE, VHALF, STACK, LS, LO, SVH)
     async_copy.wait_group(0)
     if PV_ON:
         acc = warpgroup_mma_wait(0, deps=[acc])

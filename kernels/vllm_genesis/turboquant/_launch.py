@@ -118,12 +118,18 @@ class TileConfig:
     # 16 KB less shared memory at D = 256); with ``pipe`` 3 or 4 P V is waited for before the
     # next tile's barrier (that tile refills the stage)
     v_halves: bool = False
+    # kernel "v" with 2 stages: each stage of the copies' ring a buffer of its own and the loop
+    # unrolled by two, so that Triton puts no barrier between one stage's refill and the other
+    # stage's reads (two barriers a tile less)
+    split_ring: bool = False
 
     def __post_init__(self):
         if self.pipe not in range(5):
             raise ValueError(f"kernel v: pipe {self.pipe} is not one of 0-4 (TileConfig.pipe)")
         if self.v_halves and self.block_n <= 32:
             raise ValueError(f"kernel v: V^T halves need 64-token tiles, not {self.block_n} (TileConfig.v_halves)")
+        if self.split_ring and self.num_stages != 2:
+            raise ValueError(f"kernel v: a split ring has 2 stages, not {self.num_stages} (TileConfig.split_ring)")
 
 
 def default_tiles(
@@ -545,7 +551,8 @@ V_CARVEOUT_MAX_SHARED = 100_000
 
 
 def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
-              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False, pipe=0, v_halves=False) -> int:
+              head_dim, page, query_len, block_n=64, stages=2, maxnreg=None, pdl=False, pipe=0, v_halves=False,
+              split_ring=False) -> int:
     """Stage 1 on kernel "v"; returns the combine's column order for its partials."""
     from ._kernel_v import NUM_WARPS, PARTIAL_ORDER_V, _tq_verify_kernel_v
 
@@ -555,7 +562,7 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
         STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, PIPE=pipe,
-        VHALF=v_halves, num_warps=NUM_WARPS,
+        VHALF=v_halves, SPLIT_RING=split_ring and stages == 2, num_warps=NUM_WARPS,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     shared = getattr(getattr(compiled, "metadata", None), "shared", 0)
@@ -702,7 +709,7 @@ def run_attention(
     elif kernel == "v":
         perm = _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, tiles.block_n, tiles.num_stages, tiles.maxnreg, pdl=COMBINE_PDL, pipe=tiles.pipe,
-                         v_halves=tiles.v_halves)
+                         v_halves=tiles.v_halves, split_ring=tiles.split_ring)
         kern = None
         pdl = COMBINE_PDL
     elif kernel == "q":
