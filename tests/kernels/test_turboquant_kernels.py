@@ -1154,10 +1154,12 @@ if hasattr(M, "PRODUCER_MAXNREG"):  # kernel "hw": registers at launch (two prog
     opts["maxnreg"] = M.PRODUCER_MAXNREG
 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
-# the main loop: the longest span from a label back to a branch to it
+# the main loop: the longest span from a label back to a branch to it that holds a warp-group
+# product (kernel "hw": the consumer's, not the producer's)
 labels = {m.group(1): m.start() for m in re.finditer(r"^(\$L__\w+):", ptx, re.M)}
 spans = [(labels[m.group(1)], m.start()) for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__\w+);", ptx)
          if labels.get(m.group(1), m.start()) < m.start()]
+spans = [s for s in spans if "wgmma.mma_async" in ptx[slice(*s)]] or spans
 loop = ptx[slice(*max(spans, key=lambda s: s[1] - s[0]))] if spans else ""
 with tempfile.NamedTemporaryFile(suffix=".cubin") as f:  # registers and stack of the built kernel
     f.write(ck.asm["cubin"])
@@ -1184,6 +1186,8 @@ print(json.dumps({k: ir.count(k) for k in ("ttg.convert_layout", "ttg.local_stor
                     "shared": ck.metadata.shared,
                     # the main loop's barriers and scores (fp8) products
                     "loop_barriers": loop.count("bar.sync"), "loop_scores": loop.count("e4m3.e4m3"),
+                    # kernel "hw": the stage handed back, the proxy fence after the probabilities' store
+                    "loop_arrive_at": loop.find("mbarrier.arrive.shared"), "loop_fence_at": loop.rfind("fence.proxy"),
                     # the N sizes of the fp8 (scores) products
                     "scores_n": sorted({int(n) for n in re.findall(r"m64n(\\d+)k32\\.f32\\.e4m3", ptx)}),
                     # kernel "hw": the copies' arrivals, the barrier waits, the partitions' registers
@@ -1325,6 +1329,33 @@ def test_hopper_decode_producer_warp_build(group, page, stages, pdl, early):
     assert got["launch_dependents"] == pdl and got["wait_prior"] == 2 * early
     if early:
         assert got["wait_before_copies"]
+
+
+@pytest.mark.parametrize("kernel,consts", [
+    ("hw", dict(G=6, STAGES=2, R=8, PDL=True)), ("hw", dict(G=8, STAGES=3, R=8, PDL=False, EARLY=True)),
+    ("h", dict(G=6, STAGES=2, R=8)), ("h", dict(G=6, STAGES=2, R=16, QL=2, QPP=2, HAS_QSTART=True))],
+    ids=["hw", "hw-3stages-early", "h-decode", "h-verify"])
+def test_hopper_decode_warp_max_needs_fewer_barriers(kernel, consts):
+    """Kernels "h" and "hw" with the softmax's maximum across the warps in one exchange of its
+    own (``TileConfig.warp_max``): no more barriers a tile than Triton's reduction takes (with
+    Triton 3.6 two fewer in kernel "hw" and one in kernel "h"); kernel "hw" keeps three (the
+    exchange, the one before the stage is handed back, the one before P V) and hands the key
+    stage back after the probabilities' store; the same products, copies, registers and no
+    spills."""
+    name = {"h": ("_kernel_h", "_tq_decode_kernel_h"), "hw": ("_kernel_hw", "_tq_decode_kernel_hw")}[kernel]
+    base = dict(HK=4, D=256, PAGE=16, SKP=4 * 388, SKH=388) | consts
+    plain = _sm90_build(_GLUON_SM90_BUILD, *name, repr(base))
+    xmax = _sm90_build(_GLUON_SM90_BUILD, *name, repr(base | dict(XMAX=True)))
+    assert xmax["loop_barriers"] <= plain["loop_barriers"]
+    if kernel == "hw":
+        assert xmax["loop_barriers"] == 3
+        assert 0 <= plain["loop_arrive_at"] < plain["loop_fence_at"]  # the stage back before P's store
+        assert 0 <= xmax["loop_fence_at"] < xmax["loop_arrive_at"]  # after it
+    else:
+        assert xmax["loop_barriers"] <= 5
+    assert (xmax["wgmma"], xmax["cp_async"], xmax["loop_scores"]) == (plain["wgmma"], plain["cp_async"],
+                                                                      plain["loop_scores"])
+    assert xmax["stack"] == 0 and xmax["regs"] <= max(plain["regs"], 168)
 
 
 @pytest.mark.parametrize("group,page,stages,ql,bn,pdl,d", [(6, 16, 2, 6, 64, 1, 256), (8, 128, 3, 8, 64, 0, 256),
@@ -1646,9 +1677,13 @@ def test_gluon_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
      ([999, 64], 4, 32, None),
      ([131075, 31], 24, 16, None),
      ([203, 1, 0, 95, 33, 4099], 32, 16, TileConfig(64, 4, 2, "h", producer=True)),
-     ([4099, 77, 1, 130], 24, 128, TileConfig(64, 4, 3, "h", producer=True))],
+     ([4099, 77, 1, 130], 24, 128, TileConfig(64, 4, 3, "h", producer=True)),
+     ([32775], 24, 16, TileConfig(64, 4, 2, "h", producer=True, warp_max=True)),
+     ([203, 1, 0, 95, 33, 4099], 32, 16, TileConfig(64, 4, 2, "h", warp_max=True)),
+     ([4099, 77, 1, 130], 24, 128, TileConfig(64, 4, 3, "h", producer=True, warp_max=True))],
     ids=["32K-gqa6", "B6-gqa8", "pages128-3stages", "pages32-mha", "128K", "B6-gqa8-producer",
-         "pages128-3stages-producer"],
+         "pages128-3stages-producer", "32K-gqa6-producer-warpmax", "B6-gqa8-warpmax",
+         "pages128-3stages-producer-warpmax"],
 )
 def test_hopper_decode_on_gpu(seqs, hq, page, tiles, monkeypatch):
     """Kernel "h", the default decode on Hopper where it applies (and on request, with and

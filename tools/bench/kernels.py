@@ -379,7 +379,7 @@ def tile_key(t) -> str:
             + (f"-rs{t.rsplit}" if t.rsplit > 1 else "") + (f"-lazy{t.lazy:g}" if t.lazy is not None else "")
             + ("-rowsM" if t.rows_m else "") + (f"-pipe{t.pipe}" if t.pipe else "")
             + ("-producer" if t.producer else "") + ("-vhalves" if t.v_halves else "")
-            + ("-splitring" if t.split_ring else ""))
+            + ("-splitring" if t.split_ring else "") + ("-warpmax" if t.warp_max else ""))
 
 
 def tune_variants(kind, B, D, rows, S):

@@ -9,7 +9,10 @@ of the group (up to 8) on the products' N side:
   two fp8 parts (hi + lo, exact for bf16 queries of normal range, as kernel "q") stacked in
   shared memory as the 2 R columns of one B operand: one product a k step serves both parts,
   and a thread, holding columns r and R + r of its rows, adds them in its registers;
-* the softmax runs on the scores^T accumulator (tokens on M across the four warps);
+* the softmax runs on the scores^T accumulator (tokens on M across the four warps); its
+  maximum across the warps is Triton's reduction, or with ``XMAX`` (``TileConfig.warp_max``)
+  one exchange of its own through shared memory (``_max_over_warps``: one barrier instead of
+  two);
 * output^T = V^T P^T: the probabilities (times the value scales) go to shared memory as the
   B operand; the 4-bit codes are loaded into the registers of the A operand, each thread's
   eight output rows being the eight codes of one int32 word of a token, two tokens' words
@@ -240,16 +243,41 @@ def _tile_words(KW, bt_row, wblk, sblk, n0, ps_, wpos, wrow, stride_kw, last_pag
 
 
 @gluon.jit
-def _softmax_step(s2, rsc, valid, szw, m_i, l_e, z_e, LS: gl.constexpr, BN: gl.constexpr, R: gl.constexpr):
+def _exchange_buffer(R: gl.constexpr):
+    """Shared memory for ``_max_over_warps``: 4 warps x R rows, fp32."""
+    return gl.allocate_shared_memory(gl.float32, [4 * R], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+
+
+@gluon.jit
+def _max_over_warps(s, xbuf, LS: gl.constexpr, BN: gl.constexpr):
+    """The maximum over the tokens of scores^T ``s`` ([BN, R], a warp's 16 tokens each) in one
+    exchange: each warp's maximum by shuffles, stored to ``xbuf`` (4 x R fp32), one barrier,
+    the four read back in the rows' layout. ``xbuf`` is written again only after the caller's
+    next barrier."""
+    R: gl.constexpr = s.shape[1]
+    xbuf.store(gl.reshape(gl.max(gl.reshape(s, [4, BN // 4, R]), 1), [4 * R]))
+    _cta_barrier()
+    LR: gl.constexpr = gl.SliceLayout(0, LS)
+    return gl.maximum(gl.maximum(xbuf.slice(0, R).load(LR), xbuf.slice(R, R).load(LR)),
+                      gl.maximum(xbuf.slice(2 * R, R).load(LR), xbuf.slice(3 * R, R).load(LR)))
+
+
+@gluon.jit
+def _softmax_step(s2, rsc, valid, szw, m_i, l_e, z_e, LS: gl.constexpr, BN: gl.constexpr, R: gl.constexpr,
+                  xbuf=None):
     """One tile's online softmax on the scores^T products ``s2`` ([BN, 2 R]; a row's hi and lo
     columns r and R + r sit in the same thread's registers) times ``rsc``, tokens not ``valid``
     left out: the probabilities times the value scales of ``szw`` in fp16 (the value product's
     B operand), the rows' rescale factor, and the running maximum and per-element sums of p
-    and of p times the value zeros, updated."""
+    and of p times the value zeros, updated. With ``xbuf`` the maximum across the warps is
+    ``_max_over_warps``' one exchange instead of Triton's reduction."""
     s = gl.convert_layout(gl.sum(gl.reshape(s2, [BN, 2, R]), 1), LS, assert_trivial=True)
     s = s * gl.expand_dims(rsc, 0)
     s = gl.where(gl.expand_dims(valid, 1), s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 0))
+    if xbuf is None:
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+    else:
+        m_new = gl.maximum(m_i, _max_over_warps(s, xbuf, LS, BN))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_use)
     p = gl.exp2(s - gl.expand_dims(m_use, 0))
@@ -314,6 +342,7 @@ def _tq_decode_kernel_h(
     # lengths and the block table are read before the previous kernel's end, the query and the
     # cache after it
     TL=None,  # diagnostics: int64 [programs, 4] timeline (``tools/bench/tq_timeline.py``)
+    XMAX: gl.constexpr = False,  # TileConfig.warp_max: the softmax's maximum in one exchange
 ):
     if TL is not None:
         t_start = _clock()
@@ -371,6 +400,8 @@ def _tq_decode_kernel_h(
 
     # key tiles: a ring of STAGES in shared memory, STAGES - 1 tiles requested ahead
     psm = gl.allocate_shared_memory(gl.float16, [BN, R], SP)
+    if XMAX:
+        xbuf = _exchange_buffer(R)
     if not EARLY:
         _first_copies(ksm, K8, bt_row, blk0, start, end, last_page, kpos, krow, stride_kw, PAGE, SKP, STAGES, BN, D)
     kblk = _blocks(bt_row, start + (STAGES - 1) * BN + kpos, last_page, PAGE)
@@ -434,7 +465,10 @@ def _tq_decode_kernel_h(
         kblk = _blocks(bt_row, pa + BN, last_page, PAGE)
         kcur = ksm.index(it % STAGES)
         s2 = warpgroup_mma(kcur, q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
-        pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
+        if XMAX:
+            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R, xbuf)
+        else:
+            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
         psm.store(pv)
         fence_async_shared()
         _cta_barrier()

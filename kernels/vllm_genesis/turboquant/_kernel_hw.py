@@ -12,7 +12,12 @@ heads), but the program is split in two partitions that meet at shared-memory ba
   the value products as kernel "h" does (code words straight into the A operand's registers).
 
 So the consumer's loop carries no copy addressing and no wait for the whole program, and the
-producer can run up to ``STAGES`` tiles ahead.
+producer can run up to ``STAGES`` tiles ahead. With ``XMAX`` (``TileConfig.warp_max``) the
+softmax's maximum across the warps is one exchange of its own (``_max_over_warps``) and the
+stage is handed back after the probabilities' store, next to the barrier that store needs:
+Triton orders an ``mbarrier`` arrival after every shared-memory access before it and before
+every one after it, so placed after the scores' wait it cost a barrier of its own (Triton 3.6:
+three barriers a tile instead of five).
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma
 
 from ._kernel_g import _cta_barrier, _row_totals
-from ._kernel_h import (_async_load, _blocks, _code_word_offsets, _launch_dependents, _output_layout, _part_copies,
-                        _probs_smem_layout, _q_split, _scores_layout, _softmax_step, _split_range, _tile_words,
-                        _value_operand, _wait_prior, _word_offsets, _words_layout)
+from ._kernel_h import (_async_load, _blocks, _code_word_offsets, _exchange_buffer, _launch_dependents,
+                        _output_layout, _part_copies, _probs_smem_layout, _q_split, _scores_layout, _softmax_step,
+                        _split_range, _tile_words, _value_operand, _wait_prior, _word_offsets, _words_layout)
 
 NUM_WARPS = 4  # the consumer; the producer's warps come on top
 # registers a thread at launch: 256 threads (the consumer's warp group, the producer's padded to
@@ -60,7 +65,7 @@ def _producer(ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stri
 def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk_scale, KW, bt_row, start, end,
               ntiles, last_page, stride_kw, MidO, MidL, mid, SKP: gl.constexpr, PAGE: gl.constexpr,
               STAGES: gl.constexpr, D: gl.constexpr, R: gl.constexpr, G: gl.constexpr, PDL: gl.constexpr,
-              EARLY: gl.constexpr):
+              EARLY: gl.constexpr, XMAX: gl.constexpr, xbuf):
     """The query split, then per tile: wait for its keys, the scores' products, the stage handed
     back, the softmax and the value products; then the partials (``EARLY``: the first block
     ids read before the wait for the kernel before, the query after it)."""
@@ -104,11 +109,21 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
         mbarrier.wait(ready.index(s_), (it // STAGES) & 1)
         cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         s2 = warpgroup_mma(ksm.index(s_), q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
-        mbarrier.arrive(empty.index(s_))
-        pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
-        pbuf = psm.index(it % 2)
-        pbuf.store(pv)
-        fence_async_shared()
+        if XMAX:
+            # the maximum across the warps in one exchange (xbuf); the stage handed back once the
+            # probabilities are stored (Triton orders an arrival after every shared-memory access
+            # before it and every one after it: here next to the barrier the store needs anyway)
+            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R, xbuf)
+            pbuf = psm.index(it % 2)
+            pbuf.store(pv)
+            fence_async_shared()
+            mbarrier.arrive(empty.index(s_))
+        else:
+            mbarrier.arrive(empty.index(s_))
+            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
+            pbuf = psm.index(it % 2)
+            pbuf.store(pv)
+            fence_async_shared()
         _cta_barrier()  # inside a partition: its own warps only
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)
         acc = warpgroup_mma(_value_operand(cw, LO, D, BN), pbuf, acc)
@@ -142,6 +157,7 @@ def _tq_decode_kernel_hw(
     PDL: gl.constexpr = False,
     EARLY: gl.constexpr = False,  # a programmatic dependent launch: the sequence length read
     # before the previous kernel's end, everything else after
+    XMAX: gl.constexpr = False,  # TileConfig.warp_max: the softmax's maximum in one exchange
 ):
     """Stage 1 of a decode (one query token a sequence), arguments and partials as kernel "h"'s
     at D = 256 (``PARTIAL_ORDER_H``); launched with ``PRODUCER_MAXNREG`` registers a thread."""
@@ -167,10 +183,14 @@ def _tq_decode_kernel_hw(
 
     q2_s = gl.allocate_shared_memory(gl.float8e4nv, [2 * R, D], SK)
     mid = ((b.to(gl.int64) * HK + hk) * num_splits + sid) * G
+    if XMAX:
+        xbuf = _exchange_buffer(R)
+    else:
+        xbuf = psm  # not read
     gl.warp_specialize([
         (_consumer, (ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk_scale, KW, bt_row, start,
                      end, ntiles, last_page, stride_kw, MidO, MidL, mid, SKP, PAGE, STAGES, D, R, G, PDL,
-                     EARLY)),
+                     EARLY, XMAX, xbuf)),
         (_producer, (ksm, ready, empty, K8, bt_row, start, end, ntiles, last_page, stride_kw, SKP, PAGE, STAGES, D,
                      EARLY)),
     ], [1], [PREGS])

@@ -122,6 +122,12 @@ class TileConfig:
     # unrolled by two, so that Triton puts no barrier between one stage's refill and the other
     # stage's reads (two barriers a tile less)
     split_ring: bool = False
+    # kernels "h" and "hw": the softmax's maximum across the warps in one exchange of its own
+    # (one barrier) instead of Triton's reduction (two, and with Triton 3.6 a third before it
+    # in kernel "hw"); kernel "hw" then hands the key stage back once the probabilities are
+    # stored. sm_90 with Triton 3.6: 3 instead of 5 barriers a tile in kernel "hw", 5 instead
+    # of 6 in kernel "h"; not yet timed on a GPU
+    warp_max: bool = False
 
     def __post_init__(self):
         if self.pipe not in range(5):
@@ -507,7 +513,7 @@ def h_producer_ok(head_dim: int, query_len: int, has_qstart: bool) -> bool:
 
 def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_splits, qk_scale, batch, group,
               head_dim, page, query_len, has_qstart, stages=2, maxnreg=None, pdl=False, timeline=None,
-              early=False, prefetch=0, producer=False) -> int:
+              early=False, prefetch=0, producer=False, warp_max=False) -> int:
     """Stage 1 on kernel "h"; returns the combine's column order for its partials.
     ``timeline``: int64 [programs, 4], the kernel's diagnostics timeline (``tq_timeline.py``);
     ``early``: launched as a programmatic dependent of the kernel before it, reading the
@@ -524,7 +530,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
             qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
             SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
             STAGES=max(2, stages), R=8, PDL=pdl, num_warps=NUM_WARPS, maxnreg=maxnreg or PRODUCER_MAXNREG,
-            **({"EARLY": True, "launch_pdl": True} if early else {}),
+            **({"EARLY": True, "launch_pdl": True} if early else {}), **({"XMAX": True} if warp_max else {}),
         )
         return partial_order(head_dim)
     qpp, rsplit = h_programs_per_split(query_len, group)
@@ -535,7 +541,7 @@ def _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         STAGES=max(2, stages), R=max(8, next_pow2(qpp * group)), QL=query_len, QPP=qpp, RSPLIT=rsplit,
         HAS_QSTART=has_qstart, PDL=pdl, num_warps=NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {}),
         **({"TL": timeline} if timeline is not None else {}), **({"EARLY": True, "launch_pdl": True} if early else {}),
-        **({"PF": int(prefetch)} if prefetch else {}),
+        **({"PF": int(prefetch)} if prefetch else {}), **({"XMAX": True} if warp_max else {}),
     )
     return partial_order(head_dim)
 
@@ -703,7 +709,7 @@ def run_attention(
         perm = _launch_h(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, S, qk_scale, batch, G, D, page,
                          QL, has_qstart, tiles.num_stages, tiles.maxnreg,
                          pdl=COMBINE_PDL, early=overlap_prior and _pdl_launch(), prefetch=tiles.prefetch,
-                         producer=tiles.producer)
+                         producer=tiles.producer, warp_max=tiles.warp_max)
         kern = None
         pdl = COMBINE_PDL
     elif kernel == "v":
