@@ -400,8 +400,7 @@ def _tq_decode_kernel_h(
 
     # key tiles: a ring of STAGES in shared memory, STAGES - 1 tiles requested ahead
     psm = gl.allocate_shared_memory(gl.float16, [BN, R], SP)
-    if XMAX:
-        xbuf = _exchange_buffer(R)
+    xbuf = _exchange_buffer(R) if XMAX else None  # the softmax's maximum in one exchange
     if not EARLY:
         _first_copies(ksm, K8, bt_row, blk0, start, end, last_page, kpos, krow, stride_kw, PAGE, SKP, STAGES, BN, D)
     kblk = _blocks(bt_row, start + (STAGES - 1) * BN + kpos, last_page, PAGE)
@@ -465,10 +464,7 @@ def _tq_decode_kernel_h(
         kblk = _blocks(bt_row, pa + BN, last_page, PAGE)
         kcur = ksm.index(it % STAGES)
         s2 = warpgroup_mma(kcur, q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
-        if XMAX:
-            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R, xbuf)
-        else:
-            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
+        pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R, xbuf)
         psm.store(pv)
         fence_async_shared()
         _cta_barrier()

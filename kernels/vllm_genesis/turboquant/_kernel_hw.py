@@ -109,21 +109,16 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
         mbarrier.wait(ready.index(s_), (it // STAGES) & 1)
         cw = gl.convert_layout(gl.reshape(cw3, [D // 8, BN]), LW, assert_trivial=True)
         s2 = warpgroup_mma(ksm.index(s_), q2_s.permute((1, 0)), gl.zeros([BN, 2 * R], gl.float32, layout=LS2))
-        if XMAX:
-            # the maximum across the warps in one exchange (xbuf); the stage handed back once the
-            # probabilities are stored (Triton orders an arrival after every shared-memory access
-            # before it and every one after it: here next to the barrier the store needs anyway)
-            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R, xbuf)
-            pbuf = psm.index(it % 2)
-            pbuf.store(pv)
-            fence_async_shared()
+        if not XMAX:
             mbarrier.arrive(empty.index(s_))
-        else:
+        # XMAX: the maximum across the warps in one exchange (xbuf)
+        pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R,
+                                                 xbuf if XMAX else None)
+        pbuf = psm.index(it % 2)
+        pbuf.store(pv)
+        fence_async_shared()
+        if XMAX:  # the stage handed back once P is stored, next to the barrier the store needs
             mbarrier.arrive(empty.index(s_))
-            pv, alpha, m_i, l_e, z_e = _softmax_step(s2, rsc, ps_ < end, szw, m_i, l_e, z_e, LS, BN, R)
-            pbuf = psm.index(it % 2)
-            pbuf.store(pv)
-            fence_async_shared()
         _cta_barrier()  # inside a partition: its own warps only
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, LRO), 0)
         acc = warpgroup_mma(_value_operand(cw, LO, D, BN), pbuf, acc)
