@@ -1156,8 +1156,8 @@ ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 ir, ptx = ck.asm["ttgir"], ck.asm["ptx"]
 # the main loop: the longest span from a label back to a branch to it that holds a warp-group
 # product (kernel "hw": the consumer's, not the producer's)
-labels = {m.group(1): m.start() for m in re.finditer(r"^(\$L__\w+):", ptx, re.M)}
-spans = [(labels[m.group(1)], m.start()) for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__\w+);", ptx)
+labels = {m.group(1): m.start() for m in re.finditer(r"^(\\$L__\\w+):", ptx, re.M)}
+spans = [(labels[m.group(1)], m.start()) for m in re.finditer(r"bra(?:\\.uni)?\\s+(\\$L__\\w+);", ptx)
          if labels.get(m.group(1), m.start()) < m.start()]
 spans = [s for s in spans if "wgmma.mma_async" in ptx[slice(*s)]] or spans
 loop = ptx[slice(*max(spans, key=lambda s: s[1] - s[0]))] if spans else ""
@@ -1396,6 +1396,44 @@ def test_kernel_v_rejects_an_unknown_pipe():
     with pytest.raises(ValueError, match="a split ring has 2 stages, not 3"):
         TileConfig(64, 4, 3, "v", pipe=3, split_ring=True)
     assert TileConfig(64, 4, 2, "v", pipe=3, split_ring=True).split_ring
+
+
+@pytest.mark.parametrize("launcher,kernel,tiles,flag", [
+    ("_launch_v", "_kernel_v._tq_verify_kernel_v", dict(split_ring=True), ("SPLIT_RING", True)),
+    ("_launch_v", "_kernel_v._tq_verify_kernel_v", dict(), ("SPLIT_RING", False)),
+    ("_launch_h", "_kernel_h._tq_decode_kernel_h", dict(warp_max=True), ("XMAX", True)),
+    ("_launch_h", "_kernel_hw._tq_decode_kernel_hw", dict(warp_max=True, producer=True), ("XMAX", True)),
+    ("_launch_h", "_kernel_h._tq_decode_kernel_h", dict(), ("XMAX", None))],
+    ids=["v-split-ring", "v-plain", "h-warp-max", "hw-warp-max", "h-plain"])
+def test_launchers_pass_the_opt_in_builds_on(monkeypatch, launcher, kernel, tiles, flag):
+    """``split_ring`` and ``warp_max`` reach the kernels as their constexprs (``SPLIT_RING``,
+    ``XMAX``; the plain launches leave ``XMAX`` unset, so that the plans' builds stay as they
+    were): the launchers run with the kernels replaced by recorders, on CPU tensors."""
+    import importlib
+
+    from vllm_genesis.turboquant import _launch
+
+    module, name = kernel.split(".")
+    mod = importlib.import_module(f"vllm_genesis.turboquant.{module}")
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append(kw)
+
+    monkeypatch.setattr(mod, name, Recorder())
+    d, hk, page = 256, 4, 16
+    qr = torch.zeros(2, 24, d, dtype=torch.bfloat16)
+    cache = torch.zeros(8, page, hk, d + d // 2 + 4, dtype=torch.uint8)
+    bt = torch.zeros(1, 8, dtype=torch.int32)
+    lens = torch.full((1,), 100, dtype=torch.int32)
+    common = (qr, cache, bt, lens, lens, None, None, 8, 1.0, 1, 6, d, page)
+    if launcher == "_launch_v":
+        _launch._launch_v(*common, 2, pipe=3, v_halves=True, **tiles)
+    else:
+        _launch._launch_h(*common, 1, False, **tiles)
+    assert len(seen) == 1
+    assert seen[0].get(flag[0]) == flag[1]
 
 
 @pytest.mark.parametrize("pipe,d,ql", [(1, 256, 6), (2, 256, 6), (3, 256, 6), (4, 128, 6), (4, 256, 6), (2, 128, 6),
