@@ -299,6 +299,7 @@ def _tq_verify_kernel_v(
     VHALF: gl.constexpr = False,  # TileConfig.v_halves
     SPLIT_RING: gl.constexpr = False,  # TileConfig.split_ring (STAGES 2)
 ):
+    gl.static_assert(STAGES == 2 or not SPLIT_RING, "kernel v: a split ring has 2 stages")
     NP: gl.constexpr = BN // 16  # page parts a tile
     M: gl.constexpr = 64
     PV_ON: gl.constexpr = PIPE > 2  # P V left running into the next tile (TileConfig.pipe)
@@ -364,12 +365,9 @@ def _tq_verify_kernel_v(
     crow = crow + D // 4  # the code words follow the key bytes
     zpos = gl.arange(0, BN, layout=LSZ)
     src = (K8, KW, kpos, krow, cpos, crow, zpos, bt_row, last_page, end, stride_kw)
-    if SPLIT_RING:
-        _v_copies(_stage(ring0, 0), start, _v_blocks(start, src, PAGE), src, D, BN, PAGE, SKP)
-    else:
-        for j in gl.static_range(STAGES - 1):
-            n0 = start + j * BN
-            _v_copies(_stage(ring, j), n0, _v_blocks(n0, src, PAGE), src, D, BN, PAGE, SKP)
+    for j in gl.static_range(STAGES - 1):  # SPLIT_RING: the first tile, into ring 0
+        n0 = start + j * BN
+        _v_copies(_stage(ring0 if SPLIT_RING else ring, j), n0, _v_blocks(n0, src, PAGE), src, D, BN, PAGE, SKP)
     blk = _v_blocks(start + (STAGES - 1) * BN, src, PAGE)
 
     st = gl.arange(0, BN, layout=gl.SliceLayout(0, LS))

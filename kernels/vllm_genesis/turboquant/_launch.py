@@ -568,7 +568,7 @@ def _launch_v(qr, kv_cache, block_table, seq_lens, qstart, mid_o, mid_l, num_spl
         qr.stride(0), qr.stride(1), kv_cache.stride(0) // 4, block_table.stride(0), num_splits, qk_scale,
         SKP=kv_cache.stride(1), SKH=kv_cache.stride(2), HK=hk, G=group, D=head_dim, PAGE=page,
         STAGES=max(2, stages), QL=query_len, BN=32 if block_n <= 32 else 64, PDL=pdl, PIPE=pipe,
-        VHALF=v_halves, SPLIT_RING=split_ring and stages == 2, num_warps=NUM_WARPS,
+        VHALF=v_halves, SPLIT_RING=split_ring, num_warps=NUM_WARPS,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     shared = getattr(getattr(compiled, "metadata", None), "shared", 0)
