@@ -112,3 +112,21 @@ def test_plan_refuses_what_only_git_should_do(tmp_path: Path) -> None:
     assert plan_writes(root, {}, {".git/config": ("100644", b"n\n")}) is None
     assert plan_writes(root, {}, {"sub/.gitattributes": ("100644", b"* eol=crlf\n")}) is None
     assert plan_writes(root, {"d/f.py": "100644"}, {"d/f.py": None}) == [Write("d/f.py", None)]
+
+
+def test_written_files_are_not_racily_clean_and_later_edits_still_show(tmp_path: Path) -> None:
+    """git keeps stat times by the second: files the push wrote carry a time before the second the
+    index was written in, so later commands trust their stat data instead of re-reading them; an
+    edit of the same size made right after the push is still seen."""
+    q = _queue_with_every_kind_of_change(tmp_path)
+    q.run("checkout")
+    q.run("push", "A2-new.patch")
+    index_second = os.stat(q.work / ".git" / "index").st_mtime_ns // 1_000_000_000
+    for path in ("vllm/util.py", "vllm/deep/er/new.py"):
+        assert os.stat(q.work / path).st_mtime_ns // 1_000_000_000 < index_second, path
+    assert_tree_matches_head(q.work)
+    text = (q.work / "vllm/util.py").read_text()
+    (q.work / "vllm/util.py").write_text(text.replace("return x + 33\n", "return x + 44\n"))  # same size
+    assert git(q.work, "status", "--porcelain") == " M vllm/util.py\n"
+    q.run("refresh")  # the top patch takes the edit
+    assert "return x + 44" in (q.root / "queue" / "A2-new.patch").read_text()

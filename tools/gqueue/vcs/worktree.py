@@ -7,12 +7,22 @@ clean work tree knows the exact bytes of every path it changes, so it writes the
 and lets git only restat them into the index. Anything unusual — links, a file standing
 where a directory must go, hard-linked files, paths that attributes may convert — makes
 ``plan_writes`` answer None, and the caller leaves the move to git.
+
+Each written file's modification time is set to the last nanosecond of the second before
+the one it was written in. git keeps stat times by the second, and an index entry whose file
+changed in the second the index was written in is "racily clean": every later command
+re-reads that file to compare contents, until an index is written in a later second. A push
+restats the files it wrote right away, so without this the next ``status``, ``add`` or push
+re-read all of them (300 synthetic patches: ~450 files, ~25 ms in the refresh after a push).
+Any later edit gives the file a time of the second it happens in or after, never the one
+recorded, so git still sees it.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,8 +132,15 @@ def apply_writes(root: Path, writes: list[Write]) -> None:
                 os.ftruncate(fd, len(w.data))
             if w.chmod:
                 os.fchmod(fd, _file_mode(w.mode, umask))
+            stamp = _before_this_second()
+            os.utime(fd if os.utime in os.supports_fd else target, ns=(stamp, stamp))
         finally:
             os.close(fd)
+
+
+def _before_this_second() -> int:
+    """The last nanosecond of the second before now (see the module's docstring)."""
+    return time.time_ns() // 1_000_000_000 * 1_000_000_000 - 1
 
 
 def _prune_empty_dirs(root: Path, directory: Path) -> None:
