@@ -135,3 +135,33 @@ def test_push_refresh_rewrites_patches_whose_hunks_moved(tmp_path: Path) -> None
     refused = q.run("push", "--all", "--refresh", "--force", check=False)
     assert refused.returncode == 2 and "--refresh and --force" in refused.stderr
     assert q.run("applied").stdout.split() == []
+
+
+def test_refresh_refuses_a_binary_file_and_keeps_it_in_work(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.run("new", "B1-bin.patch")
+    before = (q.root / "queue/B1-bin.patch").read_bytes()
+    (q.work / "vllm/blob.bin").write_bytes(b"a\0b\xff")
+    proc = q.run("refresh", check=False)
+    assert proc.returncode == 1
+    assert "work/vllm/blob.bin" in proc.stderr and "binary" in proc.stderr
+    assert proc.stderr.startswith("error[unsafe-patch]:") and "Traceback" not in proc.stderr
+    assert (q.root / "queue/B1-bin.patch").read_bytes() == before
+    assert (q.work / "vllm/blob.bin").read_bytes() == b"a\0b\xff"
+    (q.work / "vllm/blob.bin").unlink()
+    (q.work / "README.md").write_text("edited\n")
+    q.run("refresh")
+    q.run("pop")
+    q.run("push")
+    assert (q.work / "README.md").read_text() == "edited\n"
+
+
+def test_refresh_refuses_a_symbolic_link(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.run("new", "L1-link.patch")
+    (q.work / "vllm/alias.py").symlink_to("util.py")
+    proc = q.run("refresh", check=False)
+    assert proc.returncode == 1 and "work/vllm/alias.py" in proc.stderr and "120000" in proc.stderr
+    assert (q.work / "vllm/alias.py").is_symlink()

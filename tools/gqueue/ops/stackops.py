@@ -7,12 +7,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ConflictError, FormatError, StateError, UsageError
+from ..errors import ConflictError, FormatError, StateError, UnsafePatchError, UsageError
 from ..fsutil import atomic_write
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
-from .engine import PatchResult, TreeView, apply_patch, touched_paths
+from ..model.diff import parse_diff
+from .engine import REGULAR_MODES, PatchResult, TreeView, apply_patch, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
 
@@ -333,6 +334,7 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     ws.repo.run("add", "-A", "--", ".")
     tree = ws.repo.run("write-tree").decode().strip()
     body = ws.repo.diff_tree_to_tree(parent, tree)
+    _require_pushable(body)
     new_patch = with_body(patch, body)
     files = sorted({line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"+++ b/")}
                    | {line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"--- a/")})
@@ -348,6 +350,19 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     if forced_push:
         os.unlink(ws.needs_refresh_path)
     return RefreshResult(top.name, True, files, len(ws.store.read_series().entries) - len(stack.applied))
+
+
+def _require_pushable(body: bytes) -> None:
+    """Refuse to record what push refuses to apply (a binary file, a symbolic link, a submodule):
+    the patch would stop pushing, and after a pop the file would be gone from work/."""
+    for fd in parse_diff(body, path="work", first_line=1):
+        modes = [m for m in (fd.old_mode, fd.new_mode) if m is not None and m not in REGULAR_MODES]
+        if fd.binary or modes:
+            what = f"has mode {modes[0]} (not a regular file)" if modes else "is a binary file"
+            raise UnsafePatchError(
+                f"'{fd.path}' {what}, which a patch cannot carry; refusing to refresh",
+                path=f"work/{fd.path}", hint="remove it from work/ (or restore it), then refresh",
+            )
 
 
 def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str) -> None:
