@@ -165,3 +165,19 @@ def test_refresh_refuses_a_symbolic_link(tmp_path: Path) -> None:
     proc = q.run("refresh", check=False)
     assert proc.returncode == 1 and "work/vllm/alias.py" in proc.stderr and "120000" in proc.stderr
     assert (q.work / "vllm/alias.py").is_symlink()
+
+
+def test_pop_force_saves_binary_changes_restorably(tmp_path: Path) -> None:
+    import subprocess
+
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.run("new", "X1-a.patch")
+    (q.work / "vllm/blob.bin").write_bytes(b"a\0b\xff")
+    subprocess.run(["git", "-C", str(q.work), "add", "vllm/blob.bin"], check=True)
+    q.run("pop", "--force")
+    assert not (q.work / "vllm/blob.bin").exists()
+    saved = list((q.root / ".gqueue/saved").glob("*.diff"))
+    assert len(saved) == 1 and b"GIT binary patch" in saved[0].read_bytes()
+    subprocess.run(["git", "-C", str(q.work), "apply", str(saved[0])], check=True)
+    assert (q.work / "vllm/blob.bin").read_bytes() == b"a\0b\xff"

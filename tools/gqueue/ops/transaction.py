@@ -44,7 +44,7 @@ def save_local_changes(ws: Workspace, reason: str) -> Path | None:
     head = ws.repo.head()
     if head is None or tree == ws.repo.tree_of(head):
         return None
-    diff = ws.repo.diff_tree_to_tree(head, tree)
+    diff = ws.repo.diff_tree_to_tree(head, tree, binary=True)  # binary files too, restorable
     digest = hashlib.sha256(diff).hexdigest()[:12]
     path = ws.state_dir / "saved" / f"{time.strftime('%Y%m%d-%H%M%S')}-{reason}-{digest}.diff"
     atomic_write(path, diff)

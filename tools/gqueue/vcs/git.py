@@ -408,8 +408,9 @@ class WorkRepo:
         }
         return self.run("commit-tree", tree, "-p", parent, input=message.encode("utf-8"), env=env).decode().strip()
 
-    def diff_tree_to_tree(self, old: str, new_tree: str) -> bytes:
-        return self.run("diff", *DIFF_OPTIONS, old, new_tree)
+    def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False) -> bytes:
+        """``binary``: binary files as git's binary patches (a saved copy 'git apply' restores)."""
+        return self.run("diff", *DIFF_OPTIONS, *(("--binary",) if binary else ()), old, new_tree)
 
     # three-way merges and batched diffs (check / rebase) ---------------------------
     def merge_file(self, ours: bytes, base: bytes, theirs: bytes,
