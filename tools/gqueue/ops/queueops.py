@@ -7,14 +7,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import FormatError, StateError, UsageError
+from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..fsutil import atomic_write
 from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch
 from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
 from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.git import CommitSpec
-from .engine import file_diffs
-from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean
+from .engine import TreeView, apply_patch, touched_paths
+from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean, require_top_unedited
 from .transaction import move, queue_edit
 from .workspace import Workspace
 
@@ -168,12 +168,31 @@ def fold(ws: Workspace, name: str) -> NameResult:
     if name not in series or name in stack.names:
         raise UsageError(f"'{name}' must be an unapplied patch of the series")
     require_clean(ws, "fold")
-    patch = ws.store.read_patch(name)
-    file_diffs(patch)  # the same path, mode and binary checks as push, before git sees it
-    ws.repo.run("apply", "--whitespace=nowarn", "-p1", "-", input=patch.body)
+    require_top_unedited(ws, stack)  # refresh's own check, before work/ is touched
+    entry = series.entries[series.index(name)]
+    patch = ws.store.read_patch(name, line=entry.line)
+    view = TreeView(ws.repo, stack.head)
+    view.prefetch(touched_paths([patch]))
+    outcome = apply_patch(view, patch, strip=entry.strip)  # the same checks as push, with the series' -pN
+    failure = outcome.first_failure()
+    if failure is not None:
+        f, h = failure
+        where = f" hunk #{h.index + 1} (expected near line {h.line})" if h else f" [{f.status}]"
+        raise ConflictError(f"{name} does not apply on {stack.top.name}: {f.path}{where}; nothing was changed",
+                            path=f"{QUEUE}/{name}", line=f.line)
+    for path, change in outcome.changes.items():  # the tree is clean under the lock: write the files
+        target = ws.repo.path / path
+        if change is None:
+            target.unlink()
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(change[1])
+        target.chmod(0o755 if change[0] == "100755" else 0o644)
     refresh(ws)
-    ws.store.write_series(ws.store.read_series().remove(name))
-    target = _trash(ws, name)
+    after = ws.store.read_series().remove(name)
+    with queue_edit(ws, "fold", series, after, delete=(name,)):
+        ws.store.write_series(after)
+        target = _trash(ws, name)
     return NameResult(name, "folded", f"into {stack.top.name}; file moved to {ws.store.rel(target)}")
 
 

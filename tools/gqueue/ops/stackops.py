@@ -327,8 +327,8 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     patch = ws.store.read_patch(top.name)
     parent = stack.commit_below(len(stack.applied) - 1)
     forced_push = ws.needs_refresh_path.exists()
-    if not force and not forced_push and top.diff_digest != diff_digest(patch):
-        _require_patch_matches_commit(ws, patch, parent, top.commit)
+    if not force:
+        require_top_unedited(ws, stack, patch)
     if forced_push:
         _remove_rejects(ws)
     ws.repo.run("add", "-A", "--", ".")
@@ -350,6 +350,17 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     if forced_push:
         os.unlink(ws.needs_refresh_path)
     return RefreshResult(top.name, True, files, len(ws.store.read_series().entries) - len(stack.applied))
+
+
+def require_top_unedited(ws: Workspace, stack: Stack, patch: PatchFile | None = None) -> None:
+    """Refuse when the top patch's file was edited by hand since it was pushed (refresh would
+    overwrite the edit); not after a forced push, whose commit holds only part of the patch."""
+    top = stack.top
+    if top is None or ws.needs_refresh_path.exists():
+        return
+    patch = patch if patch is not None else ws.store.read_patch(top.name)
+    if top.diff_digest != diff_digest(patch):
+        _require_patch_matches_commit(ws, patch, stack.commit_below(len(stack.applied) - 1), top.commit)
 
 
 def _require_pushable(body: bytes) -> None:
