@@ -181,3 +181,22 @@ def test_pop_force_saves_binary_changes_restorably(tmp_path: Path) -> None:
     assert len(saved) == 1 and b"GIT binary patch" in saved[0].read_bytes()
     subprocess.run(["git", "-C", str(q.work), "apply", str(saved[0])], check=True)
     assert (q.work / "vllm/blob.bin").read_bytes() == b"a\0b\xff"
+
+
+def test_rename_of_an_applied_patch_refuses_when_a_patch_above_no_longer_applies(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
+    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
+    q.set_series("A1-a.patch", "A2-b.patch")
+    q.run("checkout")
+    q.run("push", "--all")
+    above = q.root / "queue/A2-b.patch"
+    above.write_text(above.read_text().replace("-    return x + 30\n", "-    return x + 31\n"))
+    series = (q.root / "series").read_bytes()
+    proc = q.run("rename", "A1-a.patch", "A1-renamed.patch", check=False)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "error[conflict]: queue/A2-b.patch:" in proc.stderr and "nothing was changed" in proc.stderr
+    assert q.run("applied").stdout.split() == ["A1-a.patch", "A2-b.patch"]
+    assert (q.root / "series").read_bytes() == series and (q.root / "queue/A1-a.patch").exists()
+

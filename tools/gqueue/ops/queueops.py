@@ -11,12 +11,13 @@ from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..fsutil import atomic_write
 from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch
 from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
+from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.git import CommitSpec
 from .engine import TreeView, apply_patch, touched_paths
 from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean, require_top_unedited
 from .transaction import move, queue_edit
-from .workspace import Workspace
+from .workspace import Stack, Workspace
 
 SERIES_HEADER = "# gqueue series: one patch a line, applied top to bottom (quilt format).\n"
 PIN_HEADER = "# The upstream release this queue is maintained against: LABEL SOURCE [sdist=sha256:...] [wheel=sha256:...]\n"
@@ -147,6 +148,7 @@ def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
     top = stack.top.name if stack.top else None
     if reapply:
         require_clean(ws, "rename an applied patch")
+        _require_reapplies(ws, series, stack, stack.names.index(old))
         pop(ws, count=len(stack.names) - stack.names.index(old))
     patch = ws.store.read_patch(old)
     after = series.rename(old, new_name)
@@ -157,6 +159,23 @@ def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
     if reapply and top is not None:
         push(ws, target=new_name if top == old else top, count=None)
     return NameResult(new_name, "renamed", f"from {old}")
+
+
+def _require_reapplies(ws: Workspace, series: Series, stack: Stack, index: int) -> None:
+    """Rename pops the applied patches from ``index`` up and pushes them again: refuse before
+    anything changes when one of them no longer applies (its file was edited since its push)."""
+    view = TreeView(ws.repo, stack.commit_below(index))
+    for entry in series.entries[index : len(stack.applied)]:
+        patch = ws.store.read_patch(entry.name, line=entry.line)
+        outcome = apply_patch(view, patch, strip=entry.strip)
+        failure = outcome.first_failure()
+        if failure is not None:
+            raise ConflictError(
+                f"{entry.name} no longer applies where it is pushed ({failure[0].path}: {failure[0].status}), "
+                "and renaming pops and pushes it again; nothing was changed",
+                path=f"{QUEUE}/{entry.name}", line=failure[0].line,
+                hint="its file was edited since it was pushed: undo the edit, or pop below it and push it again first",
+            )
 
 
 def fold(ws: Workspace, name: str) -> NameResult:
