@@ -200,3 +200,20 @@ def test_rename_of_an_applied_patch_refuses_when_a_patch_above_no_longer_applies
     assert q.run("applied").stdout.split() == ["A1-a.patch", "A2-b.patch"]
     assert (q.root / "series").read_bytes() == series and (q.root / "queue/A1-a.patch").exists()
 
+
+def test_push_refusing_local_changes_does_not_offer_its_own_force(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
+    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
+    q.set_series("A1-a.patch", "A2-b.patch")
+    q.run("checkout")
+    q.run("push")
+    (q.work / "README.md").write_text("edited\n")
+    proc = q.run("push", check=False)
+    assert proc.returncode == 1 and "refusing to push" in proc.stderr
+    assert "add --force" not in proc.stderr and "'gqueue pop --force'" in proc.stderr
+    assert q.run("push", "--force", check=False).returncode == 1  # push --force does not take them either
+    proc = q.run("pop", check=False)
+    assert proc.returncode == 1 and "add --force" in proc.stderr
+

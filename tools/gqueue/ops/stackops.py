@@ -72,9 +72,11 @@ def require_clean(ws: Workspace, action: str, status: Callable[[], list[str]] | 
     dirty = [p for p in (status or ws.repo.dirty_paths)() if not p.endswith((".rej", ".orig"))]
     if dirty:
         shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        # only pop's --force saves them and goes on; the other commands' --force means something else
+        aside = "add --force" if action == "pop" else "'gqueue pop --force' sets them aside"
         raise StateError(
             f"the work tree has changes not yet refreshed ({shown}); refusing to {action}",
-            path="work", hint="run 'gqueue refresh' to keep them, or add --force (they are saved under .gqueue/saved/)",
+            path="work", hint=f"run 'gqueue refresh' to keep them, or {aside} (they are saved under .gqueue/saved/)",
         )
 
 
