@@ -217,3 +217,17 @@ def test_push_refusing_local_changes_does_not_offer_its_own_force(tmp_path: Path
     proc = q.run("pop", check=False)
     assert proc.returncode == 1 and "add --force" in proc.stderr
 
+
+def test_new_refuses_on_top_of_a_forced_push_and_its_rejects_stay(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    parser = BASE_FILES["vllm/parser.py"]
+    patch = unified("vllm/parser.py", parser, _edit(parser, "import json", "import json  # b"))
+    q.write_patch("A1-b.patch", patch.replace("-import json\n", "-import jsonX\n"))
+    q.set_series("A1-b.patch")
+    q.run("checkout")
+    assert q.run("push", "--force", check=False).returncode == 3
+    assert (q.work / "vllm/parser.py.rej").exists()
+    proc = q.run("new", "N1-new.patch", check=False)
+    assert proc.returncode == 1 and "'A1-b.patch' was pushed with --force" in proc.stderr
+    assert q.run("series").stdout.split() == ["A1-b.patch"] and not (q.root / "queue/N1-new.patch").exists()
+    assert (q.work / "vllm/parser.py.rej").exists()

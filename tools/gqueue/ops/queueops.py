@@ -15,7 +15,8 @@ from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.git import CommitSpec
 from .engine import TreeView, apply_patch, touched_paths
-from .stackops import PENDING, commit_author, commit_message, pop, push, refresh, require_clean, require_top_unedited
+from .stackops import (PENDING, commit_author, commit_message, pop, push, refresh, require_clean, require_refreshed,
+                       require_top_unedited)
 from .transaction import move, queue_edit
 from .workspace import Stack, Workspace
 
@@ -84,6 +85,7 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     check_name(name)
     series = ws.store.read_series()
     stack = ws.stack()
+    require_refreshed(ws)  # a patch on top of a forced push would take its refresh (and its .rej files)
     if name in series or ws.store.patch_path(name).exists():
         raise UsageError(f"a patch named '{name}' already exists")
     fields = {
