@@ -221,6 +221,9 @@ def replace_header(store: Store, patch: PatchFile, header_yaml: str) -> PatchFil
     text = header_yaml if header_yaml.endswith("\n") else header_yaml + "\n"
     data = HEADER_START + text.encode("utf-8") + HEADER_END
     updated = parse_patch(data + patch.body, name=patch.name, path=f"{QUEUE}/{patch.name}")
+    if updated.header != data:  # a line '...' in the text closed the header early
+        raise FormatError("a line '...' ends the header early (what follows would become text of the diff)",
+                          path=f"{QUEUE}/{patch.name}", line=updated.header.count(b"\n"))
     store.write_patch(updated)
     return updated
 
