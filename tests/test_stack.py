@@ -231,3 +231,22 @@ def test_new_refuses_on_top_of_a_forced_push_and_its_rejects_stay(tmp_path: Path
     assert proc.returncode == 1 and "'A1-b.patch' was pushed with --force" in proc.stderr
     assert q.run("series").stdout.split() == ["A1-b.patch"] and not (q.root / "queue/N1-new.patch").exists()
     assert (q.work / "vllm/parser.py.rej").exists()
+
+
+def test_pop_of_a_forced_push_takes_its_rejects_along(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    parser = BASE_FILES["vllm/parser.py"]
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
+    patch = unified("vllm/parser.py", parser, _edit(parser, "import json", "import json  # b"))
+    q.write_patch("A2-b.patch", patch.replace("-import json\n", "-import jsonX\n"))
+    q.set_series("A1-a.patch", "A2-b.patch")
+    q.run("checkout")
+    q.run("push")
+    assert q.run("push", "--force", check=False).returncode == 3
+    assert (q.work / "vllm/parser.py.rej").exists()
+    q.run("pop")
+    assert not (q.work / "vllm/parser.py.rej").exists()
+    (q.work / "README.md").write_text("edited\n")
+    q.run("refresh")
+    assert q.run("files").stdout.split() == ["README.md", "vllm/util.py"]

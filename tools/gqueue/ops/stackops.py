@@ -290,9 +290,10 @@ def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, forc
     new = stack.commit_below(keep)
     move(ws, stack.head, new, op="pop", force=force, clean=not force)
     popped = names[keep:]
-    if ws.needs_refresh_path.exists() and ws.needs_refresh_path.read_text().strip() in popped:
+    forced_popped = ws.needs_refresh_path.exists() and ws.needs_refresh_path.read_text().strip() in popped
+    if forced_popped:
         os.unlink(ws.needs_refresh_path)
-    if ws.needs_refresh_path.exists() or force:
+    if forced_popped or force:  # its .rej files go with it (a later refresh would record them)
         _remove_rejects(ws)
     return MoveResult(popped, names[keep - 1] if keep else None, saved)
 
