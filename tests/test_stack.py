@@ -250,3 +250,21 @@ def test_pop_of_a_forced_push_takes_its_rejects_along(tmp_path: Path) -> None:
     (q.work / "README.md").write_text("edited\n")
     q.run("refresh")
     assert q.run("files").stdout.split() == ["README.md", "vllm/util.py"]
+
+
+def test_push_and_pop_refuse_a_count_below_one(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
+    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
+    q.set_series("A1-a.patch", "A2-b.patch")
+    q.run("checkout")
+    for args in (("push", "-n", "-1"), ("push", "-n", "0")):
+        proc = q.run(*args, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert q.run("applied").stdout.split() == []
+    q.run("push", "--all")
+    for args in (("pop", "-n", "-1"), ("pop", "-n", "0")):
+        proc = q.run(*args, check=False)
+        assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
+    assert q.run("applied").stdout.split() == ["A1-a.patch", "A2-b.patch"]

@@ -84,7 +84,7 @@ def _count(all_: bool, count: int | None) -> int | None:
 @cli.command()
 @click.argument("target", required=False)
 @click.option("-a", "--all", "all_", is_flag=True, help="Push the whole series.")
-@click.option("-n", "count", type=int, help="Push this many patches.")
+@click.option("-n", "count", type=click.IntRange(min=1), help="Push this many patches.")
 @click.option("-f", "--force", is_flag=True, help="Apply what applies; leave .rej files; a refresh is then required.")
 @click.option("--fuzz", type=click.IntRange(0, 3), default=0, help="Accept hunks that need up to N lines of fuzz.")
 @click.option("--refresh", "refresh_moved", is_flag=True,
@@ -109,7 +109,7 @@ def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force
 @cli.command()
 @click.argument("target", required=False)
 @click.option("-a", "--all", "all_", is_flag=True, help="Pop every applied patch.")
-@click.option("-n", "count", type=int, help="Pop this many patches.")
+@click.option("-n", "count", type=click.IntRange(min=1), help="Pop this many patches.")
 @click.option("-f", "--force", is_flag=True, help="Discard unrefreshed changes (saved under .gqueue/saved/ first).")
 @boundary("pop")
 def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool) -> Result:
