@@ -75,3 +75,25 @@ def test_fold_into_a_hand_edited_top_changes_nothing(tmp_path: Path) -> None:
     proc = q.run("fold", "A2-b.patch", check=False)
     assert proc.returncode == 1 and "queue/A1-a.patch was edited after it was pushed" in proc.stderr
     assert _state(q) == before
+
+
+def test_fold_killed_at_any_point_neither_loses_nor_doubles_the_patch(tmp_path: Path) -> None:
+    import shutil
+
+    template = _queue(tmp_path / "template")
+    for n in range(1, 80):
+        q = Queue(tmp_path / f"k{n}" / "q")
+        shutil.copytree(template.root, q.root, symlinks=True)
+        proc = q.run("fold", "A2-b.patch", check=False, env={"GQUEUE_TEST_CRASH_AFTER": str(n)})
+        q.run("repair")
+        listed = "A2-b.patch" in q.run("series").stdout.split()
+        top = (q.root / "queue/A1-a.patch").read_text()
+        in_work = "import json  # b" in (q.work / "vllm/parser.py").read_text()
+        assert not (listed and "+import json  # b" in top), f"killed at effect {n}: folded and still in the series"
+        assert listed or "+import json  # b" in top or in_work, f"killed at effect {n}: the patch is lost"
+        if listed:
+            assert (q.root / "queue/A2-b.patch").exists()
+        if proc.returncode == 0:
+            break
+    else:
+        raise AssertionError("fold was still killed after 79 effects")

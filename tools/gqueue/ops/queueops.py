@@ -209,11 +209,13 @@ def fold(ws: Workspace, name: str) -> NameResult:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(change[1])
         target.chmod(0o755 if change[0] == "100755" else 0o644)
-    refresh(ws)
-    after = ws.store.read_series().remove(name)
+    # the patch leaves the series before the refresh: a kill in between leaves its changes in
+    # work/ as unrefreshed edits (and its file in .gqueue/deleted/), never the patch twice
+    after = series.remove(name)
     with queue_edit(ws, "fold", series, after, delete=(name,)):
         ws.store.write_series(after)
         target = _trash(ws, name)
+    refresh(ws)
     return NameResult(name, "folded", f"into {stack.top.name}; file moved to {ws.store.rel(target)}")
 
 
