@@ -103,3 +103,15 @@ def test_import_refuses_a_diff_push_would_refuse_and_changes_nothing(tmp_path: P
     assert proc.returncode == 1 and str(broken) in proc.stderr
     assert (q.root / "series").read_bytes() == series_before
     assert sorted(p.name for p in (q.root / "queue").iterdir()) == []
+
+
+def test_import_of_two_files_with_one_name_is_a_usage_error(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "fix.patch").write_text(DIFF)
+    series = (q.root / "series").read_bytes()
+    proc = q.run("import", str(tmp_path / "a/fix.patch"), str(tmp_path / "b/fix.patch"), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error[usage]: 'fix.patch' would be imported twice") and str(tmp_path / "b/fix.patch") in proc.stderr
+    assert (q.root / "series").read_bytes() == series and not (q.root / "queue/fix.patch").exists()

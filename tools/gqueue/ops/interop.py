@@ -56,10 +56,14 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
     series = ws.store.read_series()
     position = len(ws.stack().applied) if ws.repo.exists() else len(series.entries)
     prepared: list[tuple[PatchFile, int, str]] = []
+    seen: dict[str, Path] = {}
     for name, path, strip in entries:
         check_name(name)
         if name in series or ws.store.patch_path(name).exists():
             raise UsageError(f"a patch named '{name}' is already in the queue")
+        if name in seen:
+            raise UsageError(f"'{name}' would be imported twice ({seen[name]} and {path}); nothing was imported")
+        seen[name] = path
         try:
             data = path.read_bytes()
         except OSError as exc:
