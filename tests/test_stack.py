@@ -268,3 +268,27 @@ def test_push_and_pop_refuse_a_count_below_one(tmp_path: Path) -> None:
         proc = q.run(*args, check=False)
         assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
     assert q.run("applied").stdout.split() == ["A1-a.patch", "A2-b.patch"]
+
+
+def test_refresh_counts_a_mode_change_and_a_deletion(tmp_path: Path) -> None:
+    import os
+
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.run("new", "M1-mode.patch")
+    os.chmod(q.work / "README.md", 0o755)
+    (q.work / "vllm/config.py").unlink()
+    doc = json.loads(q.run("refresh", "--json").stdout)
+    assert doc["result"]["files"] == ["README.md", "vllm/config.py"]
+
+
+def test_refresh_refuses_a_file_name_git_quotes(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.run("new", "Q1-quote.patch")
+    before = (q.root / "queue/Q1-quote.patch").read_bytes()
+    (q.work / 'q"t.py').write_text("x\n")
+    proc = q.run("refresh", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error[unsafe-patch]: work: quoted file names")
+    assert 'q\\"t.py' in proc.stderr
+    assert (q.root / "queue/Q1-quote.patch").read_bytes() == before and (q.work / 'q"t.py').exists()

@@ -12,7 +12,7 @@ from ..fsutil import atomic_write
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
-from ..model.diff import parse_diff
+from ..model.diff import FileDiff, parse_diff
 from .engine import REGULAR_MODES, PatchResult, TreeView, apply_patch, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
@@ -337,10 +337,8 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     ws.repo.run("add", "-A", "--", ".")
     tree = ws.repo.run("write-tree").decode().strip()
     body = ws.repo.diff_tree_to_tree(parent, tree)
-    _require_pushable(body)
+    files = sorted({fd.path for fd in _require_pushable(body)})  # mode-only changes too
     new_patch = with_body(patch, body)
-    files = sorted({line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"+++ b/")}
-                   | {line[6:].decode("utf-8", "replace") for line in body.splitlines() if line.startswith(b"--- a/")})
     unchanged = format_patch(new_patch) == format_patch(patch) and tree == top.tree and top.diff_digest == diff_digest(patch)
     if unchanged:
         return RefreshResult(top.name, False, files)
@@ -366,10 +364,17 @@ def require_top_unedited(ws: Workspace, stack: Stack, patch: PatchFile | None = 
         _require_patch_matches_commit(ws, patch, stack.commit_below(len(stack.applied) - 1), top.commit)
 
 
-def _require_pushable(body: bytes) -> None:
-    """Refuse to record what push refuses to apply (a binary file, a symbolic link, a submodule):
-    the patch would stop pushing, and after a pop the file would be gone from work/."""
-    for fd in parse_diff(body, path="work", first_line=1):
+def _require_pushable(body: bytes) -> list[FileDiff]:
+    """The file diffs of ``body``; refuses what push refuses to apply (a binary file, a symbolic
+    link, a submodule): the patch would stop pushing, and after a pop the file would be gone from work/."""
+    try:
+        diffs = parse_diff(body, path="work", first_line=1)
+    except FormatError as exc:  # a name git quotes (a '"', '\\' or control character in it)
+        lines = body.splitlines()
+        shown = lines[exc.line - 1].decode("utf-8", "replace") if exc.line and exc.line <= len(lines) else ""
+        raise UnsafePatchError(f"{exc.message} ({shown}); refusing to refresh", path="work",
+                               hint="rename that file in work/, then refresh") from None
+    for fd in diffs:
         modes = [m for m in (fd.old_mode, fd.new_mode) if m is not None and m not in REGULAR_MODES]
         if fd.binary or modes:
             what = f"has mode {modes[0]} (not a regular file)" if modes else "is a binary file"
@@ -377,6 +382,7 @@ def _require_pushable(body: bytes) -> None:
                 f"'{fd.path}' {what}, which a patch cannot carry; refusing to refresh",
                 path=f"work/{fd.path}", hint="remove it from work/ (or restore it), then refresh",
             )
+    return diffs
 
 
 def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str) -> None:
