@@ -139,3 +139,9 @@ def test_racing_pushes_and_pops(tmp_path: Path, wait: str) -> None:
         assert git(q.work, "status", "--porcelain") == ""
     if wait != "0":
         assert not any(k.endswith("locked") for k in outcomes), outcomes
+
+
+def test_a_lock_wait_that_is_not_a_number_is_a_usage_error(tmp_path: Path) -> None:
+    q = _queue(tmp_path)
+    proc = q.run("pop", check=False, env={"GQUEUE_LOCK_WAIT": "ten"})
+    assert proc.returncode == 2 and proc.stderr.startswith("error[usage]: GQUEUE_LOCK_WAIT='ten' is not a number")

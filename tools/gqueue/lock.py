@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import LockedError
+from .errors import LockedError, UsageError
 
 DEFAULT_WAIT = 10.0
 
@@ -22,7 +22,10 @@ class QueueLock:
     def __init__(self, path: Path, *, wait: float | None = None) -> None:
         self.path = path
         env = os.environ.get("GQUEUE_LOCK_WAIT")
-        self.wait = float(env) if env else (DEFAULT_WAIT if wait is None else wait)
+        try:
+            self.wait = float(env) if env else (DEFAULT_WAIT if wait is None else wait)
+        except ValueError:
+            raise UsageError(f"GQUEUE_LOCK_WAIT={env!r} is not a number of seconds") from None
         self.fd: int | None = None
         self.stale: dict[str, object] | None = None
 
