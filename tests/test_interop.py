@@ -115,3 +115,15 @@ def test_import_of_two_files_with_one_name_is_a_usage_error(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error[usage]: 'fix.patch' would be imported twice") and str(tmp_path / "b/fix.patch") in proc.stderr
     assert (q.root / "series").read_bytes() == series and not (q.root / "queue/fix.patch").exists()
+
+
+def test_import_refuses_an_id_the_series_already_has(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.write_patch("P15-none.patch", DIFF)
+    q.set_series("P15-none.patch")
+    src = tmp_path / "P15-again.patch"
+    src.write_text(DIFF)
+    series = (q.root / "series").read_bytes()
+    proc = q.run("import", str(src), check=False)
+    assert proc.returncode == 2 and "the id 'P15' of P15-again.patch is already the id of P15-none.patch" in proc.stderr
+    assert (q.root / "series").read_bytes() == series and not (q.root / "queue/P15-again.patch").exists()

@@ -292,3 +292,20 @@ def test_refresh_refuses_a_file_name_git_quotes(tmp_path: Path) -> None:
     assert proc.returncode == 1 and proc.stderr.startswith("error[unsafe-patch]: work: quoted file names")
     assert 'q\\"t.py' in proc.stderr
     assert (q.root / "queue/Q1-quote.patch").read_bytes() == before and (q.work / 'q"t.py').exists()
+
+
+def test_new_refuses_an_id_the_series_already_has(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
+    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
+    q.set_series("A1-a.patch", "A2-b.patch")
+    q.run("checkout")
+    q.run("push")
+    for args in (("new", "A1-followup.patch"), ("new", "Z9-x.patch", "--id", "A2")):
+        proc = q.run(*args, check=False)
+        assert proc.returncode == 2 and "is already the id of" in proc.stderr, proc.stderr
+    assert q.run("series").stdout.split() == ["A1-a.patch", "A2-b.patch"]
+    q.run("new", "A1b-followup.patch")
+    q.run("pop")
+    q.run("push", "--all")

@@ -12,7 +12,7 @@ from ..model.foreign import read_foreign
 from ..model.patch import PatchFile, new_patch, parse_patch
 from ..model.series import parse_series
 from .engine import checked_diffs
-from .queueops import check_name, id_from_name, title_from_name
+from .queueops import check_name, id_from_name, require_unused_ids, title_from_name
 from .transaction import queue_edit
 from .workspace import Workspace
 
@@ -71,6 +71,7 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
         patch, kind = _to_gqueue(name, data, str(path))
         _check_diff(patch, data, path, strip)
         prepared.append((patch, strip, kind))
+    require_unused_ids(ws, series, {patch.name: patch.meta.id for patch, _strip, _kind in prepared})
     result = ImportResult()
     before = series
     series = series.insert_many(position, [patch.name for patch, _strip, _kind in prepared])

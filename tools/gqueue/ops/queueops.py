@@ -88,8 +88,10 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     require_refreshed(ws)  # a patch on top of a forced push would take its refresh (and its .rej files)
     if name in series or ws.store.patch_path(name).exists():
         raise UsageError(f"a patch named '{name}' already exists")
+    patch_id = patch_id or id_from_name(name)
+    require_unused_ids(ws, series, {name: patch_id})
     fields = {
-        "id": patch_id or id_from_name(name),
+        "id": patch_id,
         "title": title or title_from_name(name),
         "description": "",
         "lifecycle": "experimental",
@@ -109,6 +111,17 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     move(ws, stack.head, commits[-1], op="new")
     ws.repo.delete_ref(PENDING)
     return NameResult(name, "created", f"after {stack.top.name}" if stack.top else "at the bottom")
+
+
+def require_unused_ids(ws: Workspace, series: Series, ids: dict[str, str]) -> None:
+    """Refuse new patches (name -> id) whose id a patch of the series, or another of them,
+    has: every later push of the series would stop at the second one."""
+    used = {ws.store.read_patch(e.name, line=e.line).meta.id: e.name for e in series.entries}
+    for name, patch_id in ids.items():
+        first = used.setdefault(patch_id, name)
+        if first != name:
+            raise UsageError(f"the id '{patch_id}' of {name} is already the id of {first}",
+                             hint="each patch needs its own id: give another (new --id; an imported file's header or name)")
 
 
 def _trash(ws: Workspace, name: str) -> Path:
