@@ -215,3 +215,32 @@ def test_git_killed_while_writing_files(templates: ck.Templates, tmp_path: Path)
     assert ck.applied_names(work) == ()
     assert ck.git(work, "status", "--porcelain") == ""
     assert parser.read_text() == ck.PARSER
+
+
+def test_new_killed_at_any_point_is_on_the_stack_if_it_is_in_the_series(tmp_path: Path) -> None:
+    """A new killed after the series names the patch but before the stack moved onto it must not
+    leave the patch unapplied: the next refresh would put the user's edits into the patch below."""
+    import shutil
+
+    from synth import BASE_FILES, Queue, make_queue, unified
+
+    util = BASE_FILES["vllm/util.py"]
+    template = make_queue(tmp_path / "template")
+    template.write_patch("A1-a.patch", unified("vllm/util.py", util, util.replace("return x + 7\n", "return x + 70\n")))
+    template.set_series("A1-a.patch")
+    template.run("checkout")
+    template.run("push")
+    for n in range(1, 60):
+        q = Queue(tmp_path / f"k{n}" / "q")
+        shutil.copytree(template.root, q.root, symlinks=True)
+        proc = q.run("new", "N1-new.patch", check=False, env={ck.CRASH_ENV: str(n)})
+        (q.work / "README.md").write_text("edited\n")
+        q.run("refresh")
+        listed = "N1-new.patch" in q.run("series").stdout.split()
+        assert q.run("top").stdout.strip() == ("N1-new.patch" if listed else "A1-a.patch"), f"killed at effect {n}"
+        top = (q.root / "queue" / ("N1-new.patch" if listed else "A1-a.patch")).read_text()
+        assert "+edited" in top, f"killed at effect {n}"
+        if proc.returncode == 0:
+            break
+    else:
+        raise AssertionError("new was still killed after 59 effects")

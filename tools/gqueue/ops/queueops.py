@@ -104,13 +104,32 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     patch = new_patch(name, fields, b"")
     position = len(stack.applied)
     after = series.insert(position, name)
-    with queue_edit(ws, "new", series, after, create=(name,)):
+    with queue_edit(ws, "new", series, after, create=(name,)):  # until the stack is on it: see finish_new
         ws.store.write_patch(patch)
         ws.store.write_series(after)
+        _apply_new(ws, stack, patch)
+    return NameResult(name, "created", f"after {stack.top.name}" if stack.top else "at the bottom")
+
+
+def _apply_new(ws: Workspace, stack: Stack, patch: PatchFile) -> None:
+    """Put the new (empty) patch's commit on top of the stack."""
     commits = ws.repo.write_commits(stack.head, [CommitSpec(commit_message(patch), {}, commit_author(patch))], PENDING)
     move(ws, stack.head, commits[-1], op="new")
     ws.repo.delete_ref(PENDING)
-    return NameResult(name, "created", f"after {stack.top.name}" if stack.top else "at the bottom")
+
+
+def finish_new(ws: Workspace, names: list[str]) -> list[str]:
+    """A new killed after it wrote the series, before the stack moved onto the patch: apply it,
+    so that the next refresh goes into the new patch and not into the one below."""
+    series = ws.store.read_series()
+    stack = ws.stack()
+    done = []
+    for name in names:
+        if name in series and name not in stack.names and series.index(name) == len(stack.applied) \
+                and ws.store.patch_path(name).exists():
+            _apply_new(ws, stack, ws.store.read_patch(name))
+            done.append(f"applied {name}, the new top")
+    return done
 
 
 def require_unused_ids(ws: Workspace, series: Series, ids: dict[str, str]) -> None:

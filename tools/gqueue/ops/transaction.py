@@ -111,6 +111,10 @@ def recover_queue_edit(ws: Workspace) -> list[str]:
         for name in gone:
             trash(ws, name)
         actions.append(f"finished an interrupted {op}" + (f" (moved {', '.join(gone)} to .gqueue/deleted/)" if gone else ""))
+        if op == "new" and ws.read_journal() is None and ws.repo.exists():  # a pending move finishes it otherwise
+            from .queueops import finish_new  # queueops imports this module
+
+            actions += finish_new(ws, entry.get("create", []))
     elif _sha(series) == entry.get("series_before"):
         made = [n for n in entry.get("create", []) if n not in listed and ws.store.patch_path(n).exists()]
         for name in made:
