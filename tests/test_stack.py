@@ -309,3 +309,39 @@ def test_new_refuses_an_id_the_series_already_has(tmp_path: Path) -> None:
     q.run("new", "A1b-followup.patch")
     q.run("pop")
     q.run("push", "--all")
+
+
+def test_refresh_of_a_p0_patch_keeps_it_pushable(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    p0 = unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n"))
+    q.write_patch("D1-p0.patch", p0.replace("a/vllm/", "vllm/").replace("b/vllm/", "vllm/"))
+    q.set_series("D1-p0.patch -p0")
+    q.run("checkout")
+    q.run("push")
+    (q.work / "README.md").write_text("edited\n")
+    q.run("refresh")
+    body = (q.root / "queue/D1-p0.patch").read_text()
+    assert "\n--- README.md\n+++ README.md\n" in body and "\n+++ vllm/util.py\n" in body
+    q.run("refresh")
+    assert (q.root / "queue/D1-p0.patch").read_text() == body  # unchanged: no hand-edit alarm either
+    q.run("pop")
+    q.run("push")
+    assert (q.work / "README.md").read_text() == "edited\n"
+    assert "return x + 70" in (q.work / "vllm/util.py").read_text()
+
+
+def test_push_refresh_rewrites_a_p0_patch_in_p0(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-grow.patch", unified("vllm/util.py", util, _edit(util, "def f0(x):\n", "# one\n# two\ndef f0(x):\n")))
+    p0 = unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n"))
+    q.write_patch("D1-p0.patch", p0.replace("a/vllm/", "vllm/").replace("b/vllm/", "vllm/"))
+    q.set_series("A1-grow.patch", "D1-p0.patch -p0")
+    q.run("checkout")
+    doc = json.loads(q.run("push", "--all", "--refresh", "--json").stdout)
+    assert doc["result"]["refreshed"] == ["D1-p0.patch"]
+    assert "\n+++ vllm/util.py\n" in (q.root / "queue/D1-p0.patch").read_text()
+    q.run("pop", "--all")
+    q.run("push", "--all")
+    assert q.run("applied").stdout.split() == ["A1-grow.patch", "D1-p0.patch"]

@@ -131,7 +131,7 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
     if specs:
         commits = ws.repo.write_commits(stack.head, specs, PENDING)
         if refresh_moved:
-            commits = _rewrite_moved(ws, stack.head, commits, specs, patches, result)
+            commits = _rewrite_moved(ws, stack.head, commits, specs, patches, result, [e.strip for e in pending])
         final: dict[str, tuple[str, bytes] | None] = {}
         for spec in specs:
             final.update(spec.changes)
@@ -167,14 +167,14 @@ def push_refreshing(ws: Workspace, *, count: int | None = 1, target: str | None 
 
 
 def _rewrite_moved(ws: Workspace, base: str, commits: list[str], specs: list[CommitSpec], patches: list[PatchFile],
-                   result: PushResult) -> list[str]:
+                   result: PushResult, strips: list[int]) -> list[str]:
     """The patches whose hunks moved rewritten (their files written now) to their commits'
     diffs, and the commits written again with those diffs' digests (the same trees)."""
     changed = False
     for i, outcome in enumerate(result.pushed):
         if outcome.status == "clean":
             continue
-        patch = with_body(patches[i], ws.repo.diff(commits[i - 1] if i else base, commits[i]))
+        patch = with_body(patches[i], ws.repo.diff(commits[i - 1] if i else base, commits[i], strip=strips[i]))
         if format_patch(patch) == format_patch(patches[i]):
             continue
         specs[i] = CommitSpec(commit_message(patch), specs[i].changes, specs[i].author)
@@ -330,14 +330,15 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     patch = ws.store.read_patch(top.name)
     parent = stack.commit_below(len(stack.applied) - 1)
     forced_push = ws.needs_refresh_path.exists()
+    strip = _strip_of(ws, top.name)
     if not force:
         require_top_unedited(ws, stack, patch)
     if forced_push:
         _remove_rejects(ws)
     ws.repo.run("add", "-A", "--", ".")
     tree = ws.repo.run("write-tree").decode().strip()
-    body = ws.repo.diff_tree_to_tree(parent, tree)
-    files = sorted({fd.path for fd in _require_pushable(body)})  # mode-only changes too
+    body = ws.repo.diff_tree_to_tree(parent, tree, strip=strip)  # in the -pN the series gives it
+    files = sorted({fd.path for fd in _require_pushable(body, strip)})  # mode-only changes too
     new_patch = with_body(patch, body)
     unchanged = format_patch(new_patch) == format_patch(patch) and tree == top.tree and top.diff_digest == diff_digest(patch)
     if unchanged:
@@ -353,6 +354,12 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     return RefreshResult(top.name, True, files, len(ws.store.read_series().entries) - len(stack.applied))
 
 
+def _strip_of(ws: Workspace, name: str) -> int:
+    """The -pN of the series entry ``name`` (1 when the series no longer lists it)."""
+    series = ws.store.read_series()
+    return series.entries[series.index(name)].strip if name in series else 1
+
+
 def require_top_unedited(ws: Workspace, stack: Stack, patch: PatchFile | None = None) -> None:
     """Refuse when the top patch's file was edited by hand since it was pushed (refresh would
     overwrite the edit); not after a forced push, whose commit holds only part of the patch."""
@@ -361,14 +368,15 @@ def require_top_unedited(ws: Workspace, stack: Stack, patch: PatchFile | None = 
         return
     patch = patch if patch is not None else ws.store.read_patch(top.name)
     if top.diff_digest != diff_digest(patch):
-        _require_patch_matches_commit(ws, patch, stack.commit_below(len(stack.applied) - 1), top.commit)
+        _require_patch_matches_commit(ws, patch, stack.commit_below(len(stack.applied) - 1), top.commit,
+                                      _strip_of(ws, top.name))
 
 
-def _require_pushable(body: bytes) -> list[FileDiff]:
+def _require_pushable(body: bytes, strip: int = 1) -> list[FileDiff]:
     """The file diffs of ``body``; refuses what push refuses to apply (a binary file, a symbolic
     link, a submodule): the patch would stop pushing, and after a pop the file would be gone from work/."""
     try:
-        diffs = parse_diff(body, path="work", first_line=1)
+        diffs = parse_diff(body, path="work", first_line=1, strip=strip)
     except FormatError as exc:  # a name git quotes (a '"', '\\' or control character in it)
         lines = body.splitlines()
         shown = lines[exc.line - 1].decode("utf-8", "replace") if exc.line and exc.line <= len(lines) else ""
@@ -385,13 +393,13 @@ def _require_pushable(body: bytes) -> list[FileDiff]:
     return diffs
 
 
-def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str) -> None:
+def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, commit: str, strip: int = 1) -> None:
     """Refuse to overwrite a patch file that was edited by hand after it was pushed."""
-    if patch.body == ws.repo.diff(parent, commit):
+    if patch.body == ws.repo.diff(parent, commit, strip=strip):
         return  # the file is exactly what the commit holds (the usual case after a refresh)
     view = TreeView(ws.repo, parent)
     view.prefetch(touched_paths([patch]))
-    outcome = apply_patch(view, patch)
+    outcome = apply_patch(view, patch, strip=strip)
     expected = ws.repo.tree_entries(commit)
     touched = set(ws.repo.run("diff", "--name-only", "--no-renames", "-z", parent, commit).decode().split("\0")) - {""}
     if outcome.ok and touched != set(outcome.changes):

@@ -226,8 +226,9 @@ class WorkRepo:
 
         return finish
 
-    def diff(self, old: str, new: str, paths: Iterable[str] = ()) -> bytes:
-        return self.run("diff", *DIFF_OPTIONS, old, new, "--", *paths)
+    def diff(self, old: str, new: str, paths: Iterable[str] = (), *, strip: int = 1) -> bytes:
+        """``strip``: the file names carry that many leading components (a series entry's -pN)."""
+        return self.run("diff", *DIFF_OPTIONS, *_prefixes(strip), old, new, "--", *paths)
 
     # writing ------------------------------------------------------------------
     def _fast_import(self, write: Callable[[Callable[[bytes], object]], None], *, fast_zlib: bool = False) -> dict[int, str]:
@@ -408,9 +409,10 @@ class WorkRepo:
         }
         return self.run("commit-tree", tree, "-p", parent, input=message.encode("utf-8"), env=env).decode().strip()
 
-    def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False) -> bytes:
-        """``binary``: binary files as git's binary patches (a saved copy 'git apply' restores)."""
-        return self.run("diff", *DIFF_OPTIONS, *(("--binary",) if binary else ()), old, new_tree)
+    def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False, strip: int = 1) -> bytes:
+        """``binary``: binary files as git's binary patches (a saved copy 'git apply' restores);
+        ``strip``: as for ``diff``."""
+        return self.run("diff", *DIFF_OPTIONS, *_prefixes(strip), *(("--binary",) if binary else ()), old, new_tree)
 
     # three-way merges and batched diffs (check / rebase) ---------------------------
     def merge_file(self, ours: bytes, base: bytes, theirs: bytes,
@@ -469,6 +471,11 @@ class WorkRepo:
             if current is not None:
                 current.append(line)
         return [b"".join(c) for c in chunks]
+
+
+def _prefixes(strip: int) -> tuple[str, ...]:
+    """Prefix options that give each file name ``strip`` leading components (DIFF_OPTIONS: one)."""
+    return () if strip == 1 else (f"--src-prefix={'a/' * strip}", f"--dst-prefix={'b/' * strip}")
 
 
 def _failure(command: str, stderr: bytes, code: int) -> GitError:
