@@ -320,7 +320,9 @@ def test_refresh_of_a_p0_patch_keeps_it_pushable(tmp_path: Path) -> None:
     q.run("checkout")
     q.run("push")
     (q.work / "README.md").write_text("edited\n")
+    (q.work / "vllm/config.py").chmod(0o755)  # a change with no ---/+++ lines: 'diff --git x x' in -p0
     q.run("refresh")
+    assert json.loads(q.run("files", "--json").stdout)["result"]["files"] == ["README.md", "vllm/config.py", "vllm/util.py"]
     body = (q.root / "queue/D1-p0.patch").read_text()
     assert "\n--- README.md\n+++ README.md\n" in body and "\n+++ vllm/util.py\n" in body
     q.run("refresh")
@@ -329,6 +331,7 @@ def test_refresh_of_a_p0_patch_keeps_it_pushable(tmp_path: Path) -> None:
     q.run("push")
     assert (q.work / "README.md").read_text() == "edited\n"
     assert "return x + 70" in (q.work / "vllm/util.py").read_text()
+    assert (q.work / "vllm/config.py").stat().st_mode & 0o111
 
 
 def test_push_refresh_rewrites_a_p0_patch_in_p0(tmp_path: Path) -> None:

@@ -249,7 +249,9 @@ def files(ws: Workspace, name: str | None) -> Result:
         if top_patch is None:
             raise StateError("no patch is applied")
         name = top_patch.name
-    paths = [fd.path for fd in file_diffs(ws.store.read_patch(name))]
+    series = ws.store.read_series()
+    strip = series.entries[series.index(name)].strip if name in series else 1  # the entry's -pN
+    paths = [fd.path for fd in file_diffs(ws.store.read_patch(name), strip)]
     return {"name": name, "files": paths}, "\n".join(paths), ExitCode.OK
 
 

@@ -134,7 +134,11 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                     break
                 i += 1
             if meta.get("binary") or meta.get("rename") or i >= n or not lines[i].startswith(b"--- "):
-                git_names = line[11:].rstrip(b"\r\n").split(b" b/", 1)
+                names = line[11:].rstrip(b"\r\n")
+                git_names = names.split(b" b/", 1)
+                half = len(names) // 2
+                if len(git_names) != 2 and names[half : half + 1] == b" " and names[:half] == names[half + 1 :]:
+                    git_names = [names[:half]]  # 'diff --git x x': no a/ b/ prefixes (a -p0 patch)
                 old = _strip(git_names[0], strip, path=path, line=lineno(start))
                 new = _strip(b"b/" + git_names[1], strip, path=path, line=lineno(start)) if len(git_names) == 2 else old
                 files.append(
