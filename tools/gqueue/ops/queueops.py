@@ -258,6 +258,12 @@ def replace_header(store: Store, patch: PatchFile, header_yaml: str) -> PatchFil
     if updated.header != data:  # a line '...' in the text closed the header early
         raise FormatError("a line '...' ends the header early (what follows would become text of the diff)",
                           path=f"{QUEUE}/{patch.name}", line=updated.header.count(b"\n"))
+    if updated.meta.id != patch.meta.id:  # every later push would stop at the duplicate
+        series = store.read_series()
+        for entry in series.entries:
+            if entry.name != patch.name and store.read_patch(entry.name, line=entry.line).meta.id == updated.meta.id:
+                raise FormatError(f"the id '{updated.meta.id}' is already the id of {entry.name}",
+                                  path=f"{QUEUE}/{patch.name}", line=updated.meta.line_of("id"))
     store.write_patch(updated)
     return updated
 
