@@ -348,3 +348,14 @@ def test_push_refresh_rewrites_a_p0_patch_in_p0(tmp_path: Path) -> None:
     q.run("pop", "--all")
     q.run("push", "--all")
     assert q.run("applied").stdout.split() == ["A1-grow.patch", "D1-p0.patch"]
+
+
+def test_delete_of_the_top_with_local_changes_names_delete(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.run("new", "X1-a.patch")
+    (q.work / "README.md").write_text("edited\n")
+    proc = q.run("delete", "X1-a.patch", check=False)
+    assert proc.returncode == 1 and "refusing to delete the applied top patch" in proc.stderr
+    assert "add --force" not in proc.stderr  # delete has no --force
+    assert q.run("series").stdout.split() == ["X1-a.patch"] and (q.work / "README.md").read_text() == "edited\n"

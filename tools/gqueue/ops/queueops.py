@@ -160,6 +160,7 @@ def delete(ws: Workspace, name: str, *, keep_file: bool = False) -> NameResult:
     if name in stack.names:
         if stack.top is None or stack.top.name != name:
             raise StateError(f"'{name}' is applied below the top; pop it first", path=SERIES)
+        require_clean(ws, "delete the applied top patch")  # its pop would refuse, naming pop
         pop(ws)
     after = series.remove(name)
     with queue_edit(ws, "delete", series, after, delete=() if keep_file else (name,)):
