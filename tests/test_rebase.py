@@ -131,3 +131,19 @@ def test_rebase_stops_at_fuzz_and_abort(tmp_path: Path) -> None:
     assert q.run("status").returncode == 0
     q.run("rebase", "--abort")
     assert snapshot(q) == before
+
+
+def test_skip_blocks_the_patches_that_require_it(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "L1-requires.patch"])
+    q.run("push", "--all")
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    proc = q.run("rebase", "--skip", "--json", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 3 and doc["result"]["stopped"] == "L1-requires.patch", proc.stdout
+    assert doc["result"]["stopped_report"]["status"] == "blocked"
+    assert doc["result"]["stopped_report"]["blocked_by"] == "E1-conflict.patch"
+    assert doc["result"]["summary"]["moved"] == ["A1-clean.patch"]
+    doc = json.loads(q.run("rebase", "--skip", "--json").stdout)
+    assert doc["result"]["done"] and doc["result"]["summary"]["skipped"] == ["E1-conflict.patch", "L1-requires.patch"]
+    assert q.run("applied").stdout.split() == ["A1-clean.patch"]
+    assert q.run("lint").returncode == 0

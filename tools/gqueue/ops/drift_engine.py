@@ -127,6 +127,14 @@ class SeriesRun:
             if after is not None:
                 self.old.set(fd.path, None if fd.is_delete else (fd.new_mode or (cur[0] if cur else "100644"), after))
 
+    def mark_failed(self, patch: PatchFile, strip: int = 1) -> None:
+        """``patch`` is left out on the new side (a rebase skipped it): what needs it is blocked."""
+        self.failed[patch.name] = patch.name
+        if patch.meta.id:
+            self.failed[patch.meta.id] = patch.name
+        for fd in file_diffs(patch, strip):
+            self._remember_missing(patch, fd.path, fd.hunks)
+
     def _required_failure(self, patch: PatchFile) -> str | None:
         for need in patch.meta.requires:
             if need in self.failed:

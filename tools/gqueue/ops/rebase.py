@@ -250,8 +250,11 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
     for name in state["done"]:  # the old side must have every earlier patch, as it was
         saved = originals.get(f"queue/{name}")
         if saved is not None:
-            run.advance_old(parse_patch(saved, name=name, path=f"queue/{name}"),
-                            entries[name].strip if name in entries else 1)
+            earlier = parse_patch(saved, name=name, path=f"queue/{name}")
+            strip = entries[name].strip if name in entries else 1
+            run.advance_old(earlier, strip)
+            if name in tally.skipped:  # not on the new pin: what requires it is blocked
+                run.mark_failed(earlier, strip)
     specs: list[CommitSpec] = []
     landed: list[PatchFile] = []
     stop: tuple[PatchFile, PatchRun] | None = None
