@@ -201,3 +201,14 @@ def test_sigterm_puts_the_stack_back(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "interrupted" in err
     assert snapshot(q) == before
     assert not (q.root / ".gqueue" / "bisect.json").exists()
+
+
+def test_command_that_cannot_run_is_a_usage_error(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, 3)
+    q.run("push", "-n", "1")
+    before = snapshot(q)
+    proc = q.run("bisect", "run", "--", "no-such-command-for-gqueue", "--flag", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot run 'no-such-command-for-gqueue'" in proc.stderr and "Traceback" not in proc.stderr
+    assert snapshot(q) == before
+    assert not (q.root / ".gqueue/bisect.json").exists()

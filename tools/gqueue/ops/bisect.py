@@ -46,7 +46,11 @@ def subprocess_runner(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> in
         out = None
     shell = len(argv) == 1 and any(c.isspace() for c in argv[0])
     command: str | list[str] = argv[0] if shell else list(argv)
-    proc = subprocess.run(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, shell=shell)
+    try:
+        proc = subprocess.run(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, shell=shell)
+    except OSError as exc:  # not found, not executable: no verdict to give
+        raise UsageError(f"cannot run '{argv[0]}': {exc.strerror or exc}",
+                         hint="give a command that exists, or one argument with spaces for the shell") from None
     return proc.returncode
 
 
