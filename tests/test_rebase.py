@@ -147,3 +147,19 @@ def test_skip_blocks_the_patches_that_require_it(tmp_path: Path) -> None:
     assert doc["result"]["done"] and doc["result"]["summary"]["skipped"] == ["E1-conflict.patch", "L1-requires.patch"]
     assert q.run("applied").stdout.split() == ["A1-clean.patch"]
     assert q.run("lint").returncode == 0
+
+
+def test_retired_and_parked_lines_keep_guards_and_comments(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "G1-upstream.patch", "I1-missing.patch"], checkout=False)
+    (q.root / "series").write_text("# header\nA1-clean.patch  # first\n"
+                                   "G1-upstream.patch #+cuda  # fixed by vllm#123\nI1-missing.patch #+rocm # keep for MI300\n")
+    q.run("checkout")
+    q.run("push", "--all")
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    q.run("rebase", "--skip")
+    lines = (q.root / "series").read_text().splitlines()
+    assert lines[:2] == ["# header", "A1-clean.patch  # first"]
+    assert lines[2].startswith("# merged upstream in ") and lines[2].endswith(": G1-upstream.patch  #+cuda  # fixed by vllm#123")
+    assert lines[3] == "# parked: I1-missing.patch  #+rocm # keep for MI300"
+    assert q.run("series").stdout.split() == ["A1-clean.patch"]
+    assert q.run("lint").returncode == 0  # the parked line still parks the file

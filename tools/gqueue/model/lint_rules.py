@@ -422,7 +422,7 @@ def _check_membership(series: Series, views: dict[str, HeaderView], files: list[
             out.append(Finding(f"queue/{name}", 1, "queue-unlisted",
                                f"'{name}' is neither in the series nor parked ('# parked: {name}')"))
     for number, raw in enumerate(series.lines, start=1):
-        match = re.match(r"^#\s*parked:\s*(\S+)\s*$", raw.strip())
+        match = re.match(r"^#\s*parked:\s*(\S+)(?:\s.*)?$", raw.strip())
         if not match:
             continue
         name = match.group(1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from ..errors import FormatError
 
 _GUARD = re.compile(r"#([+-])([^\s#]+)")
-_PARKED = re.compile(r"^#\s*parked:\s*(\S+)\s*$")
+_PARKED = re.compile(r"^#\s*parked:\s*(\S+)(?:\s.*)?$")
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.+@-][A-Za-z0-9_.+@/-]*$")
 
 

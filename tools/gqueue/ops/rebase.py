@@ -333,10 +333,12 @@ def _complete(ws: Workspace, state: dict[str, Any]) -> None:
 
 
 def _series_comment(ws: Workspace, name: str, comment: str) -> None:
+    """Comment out ``name``'s entry; what followed the name (-pN, guards, comment) stays on the line."""
     series = ws.store.read_series()
     entry = series.entries[series.index(name)]
     lines = list(series.lines)
-    lines[entry.line - 1] = comment + "\n"
+    rest = lines[entry.line - 1].rstrip("\r\n").strip()[len(name) :].strip()
+    lines[entry.line - 1] = (f"{comment}  {rest}" if rest else comment) + "\n"
     ws.store.write_series(parse_series("".join(lines), path="series"))
 
 
