@@ -163,3 +163,16 @@ def test_retired_and_parked_lines_keep_guards_and_comments(tmp_path: Path) -> No
     assert lines[3] == "# parked: I1-missing.patch  #+rocm # keep for MI300"
     assert q.run("series").stdout.split() == ["A1-clean.patch"]
     assert q.run("lint").returncode == 0  # the parked line still parks the file
+
+
+def test_refused_continue_leaves_the_rejects(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "I1-missing.patch"])
+    q.run("push", "--all")
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    rej = q.work / "vllm/gone.py.rej"
+    assert rej.exists()
+    proc = q.run("rebase", "--continue", check=False)
+    assert proc.returncode == 1 and "has not been refreshed" in proc.stderr
+    assert rej.exists()  # still there to work from
+    q.run("rebase", "--abort")
+    assert not rej.exists()

@@ -159,8 +159,8 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
         raise StateError(f"the top patch should be {stopped}, the one the rebase stopped at",
                          hint="push or pop back to it, or 'gqueue rebase --abort'")
     tally = _tally(state)
-    _remove_written(ws, state)
     if skip:
+        _remove_written(ws, state)
         below = stack.commit_below(len(stack.applied) - 1)
         move(ws, stack.head, below, op="rebase-skip", force=True)
         ws.needs_refresh_path.unlink(missing_ok=True)
@@ -175,6 +175,7 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
         if any(line[1:].startswith(MARKERS) for line in body.splitlines() if line.startswith(b"+")):
             raise StateError(f"queue/{stopped} still contains conflict markers", path=f"queue/{stopped}",
                              hint="resolve them in work/ and run 'gqueue refresh' again")
+        _remove_written(ws, state)  # only once the patch is settled: until then they guide the fix
         require_clean(ws, "continue the rebase")
         tally.by_hand.append(stopped)
         head = stack.head
