@@ -176,3 +176,47 @@ def test_refused_continue_leaves_the_rejects(tmp_path: Path) -> None:
     assert rej.exists()  # still there to work from
     q.run("rebase", "--abort")
     assert not rej.exists()
+
+
+def _two_pins(tmp_path: Path, new: dict[str, str]) -> Queue:
+    from synth import make_queue, make_sdist, sha256
+    from test_drift import OLD
+
+    q = make_queue(tmp_path, OLD, "0.1.0")
+    archive = make_sdist(tmp_path / "upstream", "0.2.0", new)
+    with (q.root / "vendor-pin.txt").open("a") as handle:
+        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
+    return q
+
+
+def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> None:
+    from test_drift import edit, new_files
+
+    new = new_files()
+    new["vllm/moved/new_name.py"] = new["vllm/moved/new_name.py"].replace("    y = x * 3\n", "    y = x * 3 + 1\n")
+    q = _two_pins(tmp_path, new)
+    second = edit("vllm/old_name.py", "    y = x * 7\n", "    y = x * 77\n").split("\n", 3)[3]
+    q.write_patch("J2-renamed.patch", edit("vllm/old_name.py", "    y = x * 3\n", "    y = x * 33\n") + second)
+    q.set_series("J2-renamed.patch")
+    q.run("checkout")
+    q.run("push", "--all")
+    doc = json.loads(q.run("rebase", "--pin", "next", "--json", check=False).stdout)
+    assert doc["result"]["conflict_files"] == ["vllm/moved/new_name.py"]
+    assert not list(q.work.rglob("*.rej"))
+    text = (q.work / "vllm/moved/new_name.py").read_text()
+    assert "<<<<<<< " in text and "    y = x * 77\n" in text
+
+
+def test_stop_of_a_p0_patch_leaves_its_rejects(tmp_path: Path) -> None:
+    from test_drift import edit, new_files
+
+    q = _two_pins(tmp_path, new_files())
+    body = edit("vllm/gone.py", "    return str(x) * 2\n", "    return repr(x) * 2\n")
+    q.write_patch("I2-p0.patch", body.replace(" a/vllm/", " vllm/").replace(" b/vllm/", " vllm/"))
+    (q.root / "series").write_text("I2-p0.patch -p0\n")
+    q.run("checkout")
+    q.run("push", "--all")
+    doc = json.loads(q.run("rebase", "--pin", "next", "--json", check=False).stdout)
+    assert doc["result"]["stopped_report"]["status"] == "file-missing"
+    assert doc["result"]["conflict_files"] == ["vllm/gone.py.rej"]
+    assert "+    return repr(x) * 2" in (q.work / "vllm/gone.py.rej").read_text()

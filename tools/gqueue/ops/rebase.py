@@ -258,7 +258,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
                 run.mark_failed(earlier, strip)
     specs: list[CommitSpec] = []
     landed: list[PatchFile] = []
-    stop: tuple[PatchFile, PatchRun] | None = None
+    stop: tuple[PatchFile, PatchRun, int] | None = None
     for entry, patch in patches:
         name = entry.name
         ws.reporter.progress(f"rebasing {name}")
@@ -275,7 +275,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
             else:
                 tally.merged.append(name)
         else:
-            stop = (patch, outcome)
+            stop = (patch, outcome, entry.strip)
             specs.append(CommitSpec(commit_message(patch, whole=False), outcome.changes, commit_author(patch)))
             break
         state["done"].append(name)
@@ -293,8 +293,8 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
         ws.repo.delete_ref(PENDING)
     state["tally"] = tally.to_json()
     if stop is not None:
-        patch, outcome = stop
-        files = _leave_conflicts(ws, state, patch, outcome)
+        patch, outcome, strip = stop
+        files = _leave_conflicts(ws, state, patch, outcome, strip)
         atomic_write(ws.needs_refresh_path, (patch.name + "\n").encode())
         state["stopped"] = patch.name
         _save(ws, state)
@@ -353,8 +353,11 @@ def _park(ws: Workspace, name: str, pin: str) -> None:
     _series_comment(ws, name, f"# parked: {name}")
 
 
-def _leave_conflicts(ws: Workspace, state: dict[str, Any], patch: PatchFile, outcome: PatchRun) -> list[str]:
-    """Conflict markers (three-way) or .rej files in work/ for what did not land."""
+def _leave_conflicts(ws: Workspace, state: dict[str, Any], patch: PatchFile, outcome: PatchRun,
+                     strip: int = 1) -> list[str]:
+    """Conflict markers (three-way) or .rej files in work/ for what did not land.
+
+    A renamed file's hunks are left at its new place, by the merge the engine prepared."""
     files: list[str] = []
     merged_paths = set()
     for merge in outcome.merges:
@@ -368,10 +371,11 @@ def _leave_conflicts(ws: Workspace, state: dict[str, Any], patch: PatchFile, out
             files.append(merge.path)
         else:
             files.append(_write_rej(ws, state, merge.path, list(merge.failed)))
-    failed_files = {h.file for h in outcome.report.hunks if h.status not in d.LANDED}
-    for fd in file_diffs(patch):
+    failing = [h for h in outcome.report.hunks if h.status not in d.LANDED and h.renamed_to is None]
+    failed_files = {h.file for h in failing}
+    for fd in file_diffs(patch, strip):
         if fd.path in failed_files and fd.path not in merged_paths:
-            bad = {h.hunk for h in outcome.report.hunks if h.file == fd.path and h.status not in d.LANDED}
+            bad = {h.hunk for h in failing if h.file == fd.path}
             files.append(_write_rej(ws, state, fd.path, [h for i, h in enumerate(fd.hunks) if i + 1 in bad]))
     _save(ws, state)
     return files
