@@ -33,3 +33,26 @@ def test_check_with_a_profile_checks_only_its_patches(tmp_path: Path) -> None:
     (q.root / "profiles" / "one.yaml").write_text("name: one\npolicy: compat\npatches: [P2]\n")
     proc = q.run("check", "--no-lint", "--profile", "one", "--json")
     assert '"P2-util.patch"' in proc.stdout and '"P15-none.patch"' not in proc.stdout
+
+
+def test_lint_errors_show_in_the_json_and_junit_reports(tmp_path: Path) -> None:
+    import json
+    import xml.etree.ElementTree as ET
+
+    q = _queue(tmp_path, "sometimes")
+    report = tmp_path / "check.xml"
+    proc = q.run("check", "--json", "--junit", str(report), check=False)
+    assert proc.returncode == 3
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is False and all(pin["ok"] for pin in doc["pins"])
+    assert any("error[header-value]" in note for note in doc["notes"])
+    suites = {s.get("name"): s for s in ET.parse(report).getroot().findall("testsuite")}
+    lint = suites["gqueue lint"]
+    assert lint.get("failures") == "1"
+    failure = lint.find("testcase/failure")
+    assert failure is not None and "queue/P15-none.patch:4: error[header-value]" in (failure.text or "")
+    human = q.run("check", check=False)
+    assert human.returncode == 3 and "FAILING: lint found 1 error(s)" in human.stdout
+    clean = q.run("check", "--json", "--no-lint", "--junit", str(report))
+    assert json.loads(clean.stdout)["ok"] is True
+    assert "gqueue lint" not in report.read_text()

@@ -55,28 +55,31 @@ def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool
         accepted = d.parse_accept(accept) if accept is not None else d.DEFAULT_ACCEPT
     except ValueError as exc:
         raise UsageError(f"--accept: {exc}") from None
-    lint_errors = 0
+    lint_errors: list[str] = []
     if not no_lint:
         findings = lint_op.lint(ws.store)
-        lint_errors = findings.errors
+        lint_errors = [f.render() for f in findings.findings if f.severity == "error"]
         for finding in findings.findings:
             ws.reporter.note(f"lint: {finding.render()}")
     only = {e.name for e in plan.select_patches(ws.store, profile, policy)} if profile or policy else None
     report = drift_op.check(ws, pins, accept=accepted, max_fuzz=max_fuzz, only=only)
     code = ExitCode.OK if report.ok and not lint_errors else ExitCode.CONFLICT
     if junit is not None:
-        atomic_write(junit, render_junit(report))
+        atomic_write(junit, render_junit(report, lint_errors))
     ctx: Context = click.get_current_context().obj
     if github:
         click.echo("\n".join(render_github(report, ws.store.queue_dir)), err=ctx.json)
     if ctx.json:
         doc = report.to_json()
-        doc.update({"error": None, "notes": ctx.reporter.notes})
+        doc.update({"ok": code == ExitCode.OK, "error": None, "notes": ctx.reporter.notes})
         click.echo(json.dumps(doc, indent=2))
         ctx.reporter.done()
         ws.close()
         sys.exit(int(code))
-    return report.to_json(), render_table(report), code
+    table = render_table(report)
+    if lint_errors:
+        table += f"\nFAILING: lint found {len(lint_errors)} error(s) (the lint notes name them; --no-lint skips lint)"
+    return report.to_json(), table, code
 
 
 def _hunk_note(h: d.HunkReport) -> str:
@@ -147,8 +150,15 @@ def render_table(report: d.CheckReport) -> str:
     return "\n".join(lines)
 
 
-def render_junit(report: d.CheckReport) -> bytes:
+def render_junit(report: d.CheckReport, lint_errors: list[str] | tuple[str, ...] = ()) -> bytes:
+    """A suite per pin (a test case per patch) and, when lint found errors, a failing suite for them."""
     suites = ET.Element("testsuites", name="gqueue check")
+    if lint_errors:
+        suite = ET.SubElement(suites, "testsuite", name="gqueue lint", tests="1", failures="1", errors="0",
+                              skipped="0", time="0.000")
+        case = ET.SubElement(suite, "testcase", classname="gqueue.lint", name="lint")
+        failure = ET.SubElement(case, "failure", type="lint", message=f"{len(lint_errors)} lint error(s)")
+        failure.text = "\n".join(lint_errors)
     for pin in report.pins:
         failures = sum(1 for p in pin.patches if not p.acceptable)
         suite = ET.SubElement(suites, "testsuite", name=f"gqueue check {pin.short}", tests=str(len(pin.patches)),
