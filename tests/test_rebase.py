@@ -220,3 +220,26 @@ def test_stop_of_a_p0_patch_leaves_its_rejects(tmp_path: Path) -> None:
     assert doc["result"]["stopped_report"]["status"] == "file-missing"
     assert doc["result"]["conflict_files"] == ["vllm/gone.py.rej"]
     assert "+    return repr(x) * 2" in (q.work / "vllm/gone.py.rej").read_text()
+
+
+def test_malformed_patch_is_reported_before_the_rebase_starts_or_goes_on(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    before = snapshot(q)
+    later = q.root / "queue/M1-drift.patch"
+    good = later.read_text()
+    later.write_text(good.replace("@@ -", "@@ -x", 1))
+    proc = q.run("rebase", "--pin", "next", check=False)
+    assert proc.returncode == 1 and "queue/M1-drift.patch:" in proc.stderr
+    assert not (q.root / ".gqueue/rebase").exists() and not (q.root / ".gqueue/rebase-pin").exists()
+    assert q.run("applied").stdout.split() == ["A1-clean.patch", "E1-conflict.patch", "M1-drift.patch"]
+    later.write_text(good)
+    assert snapshot(q) == before
+    # stopped at E1; a later patch broken meanwhile: --skip refuses and the rebase stays stopped
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    later.write_text(good.replace("@@ -", "@@ -x", 1))
+    proc = q.run("rebase", "--skip", check=False)
+    assert proc.returncode == 1 and "queue/M1-drift.patch:" in proc.stderr
+    later.write_text(good)
+    doc = json.loads(q.run("rebase", "--skip", "--json").stdout)
+    assert doc["result"]["done"] and doc["result"]["summary"]["skipped"] == ["E1-conflict.patch"]

@@ -136,6 +136,7 @@ def start(ws: Workspace, spec: str) -> RebaseResult:
     require_refreshed(ws)
     require_clean(ws, "rebase")
     new_base = pin_commit(ws, new_pin)
+    _require_readable(ws, series.names)
     main_line = format_pin_line(Pin("pin", new_pin.source, new_pin.project, new_pin.version, new_pin.url, new_pin.options))
     _save_originals(ws, series.names)
     state = {
@@ -158,6 +159,7 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
     if stack.top is None or stack.top.name != stopped:
         raise StateError(f"the top patch should be {stopped}, the one the rebase stopped at",
                          hint="push or pop back to it, or 'gqueue rebase --abort'")
+    _require_readable(ws, [n for n in state["todo"] if n not in state["done"] and n != stopped])
     tally = _tally(state)
     if skip:
         _remove_written(ws, state)
@@ -184,6 +186,13 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
     state["tally"] = tally.to_json()
     _save(ws, state)
     return _proceed(ws, state, head=head)
+
+
+def _require_readable(ws: Workspace, names: list[str]) -> None:
+    """Parse the patches still to move before any state changes: a malformed one is reported
+    while the stack is as it was (a start not begun, a stop still stopped)."""
+    entries = {e.name: e for e in ws.store.read_series().entries}
+    touched_paths([(entries[n], read_patch_quick(ws, entries[n])) for n in names if n in entries])
 
 
 def _save_originals(ws: Workspace, names: list[str]) -> None:
