@@ -243,3 +243,18 @@ def test_malformed_patch_is_reported_before_the_rebase_starts_or_goes_on(tmp_pat
     later.write_text(good)
     doc = json.loads(q.run("rebase", "--skip", "--json").stdout)
     assert doc["result"]["done"] and doc["result"]["summary"]["skipped"] == ["E1-conflict.patch"]
+
+
+def test_empty_patch_moves_without_stopping(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "M1-drift.patch"], checkout=False)
+    empty = q.write_patch("Z1-empty.patch", "")
+    before = empty.read_bytes()
+    q.set_series("A1-clean.patch", "Z1-empty.patch", "M1-drift.patch")
+    q.run("checkout")
+    q.run("push", "--all")
+    proc = q.run("rebase", "--pin", "next", "--json", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["result"]["done"], proc.stdout
+    assert doc["result"]["summary"]["moved"] == ["A1-clean.patch", "Z1-empty.patch", "M1-drift.patch"]
+    assert q.run("applied").stdout.split() == ["A1-clean.patch", "Z1-empty.patch", "M1-drift.patch"]
+    assert empty.read_bytes() == before

@@ -276,7 +276,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
         if status == d.UPSTREAM:
             _retire(ws, patch, state["to"])
             tally.retired.append(name)
-        elif outcome.landed and outcome.changes:
+        elif outcome.landed and (outcome.changes or not outcome.report.hunks):  # an empty patch moves as is
             specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
             landed.append(patch)
             if status in (d.CLEAN, d.OFFSET):
