@@ -318,3 +318,25 @@ def test_broken_patch_on_its_own_pin(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert [p["status"] for p in doc["pins"][0]["patches"]] == ["clean", "conflict"]
     assert doc["pins"][0]["patches"][1]["hunks"][0]["status"] == "conflict"  # no three-way merge against itself
+
+
+def test_change_upstream_with_its_context_changed_is_upstream(tmp_path: Path) -> None:
+    """Upstream made the patch's change and also edited its context: the hunk does not
+    reverse-apply, and a three-way merge adds nothing, so it is upstream (not merged3)."""
+    new = dict(OLD)
+    new["vllm/fixed.py"] = _sub(_sub(OLD["vllm/fixed.py"], "    return y + 2\n", "    return y + 22\n"),
+                                "def u2(x):\n", "def u2(x, k=0):\n")
+    q = make_queue(tmp_path, OLD, "0.1.0")
+    archive = make_sdist(tmp_path / "upstream", "0.2.0", new)
+    with (q.root / "vendor-pin.txt").open("a") as handle:
+        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
+    q.write_patch("G2-upstream.patch", edit("vllm/fixed.py", "    return y + 2\n", "    return y + 22\n"))
+    q.set_series("G2-upstream.patch")
+    doc = json.loads(q.run("check", "--pin", "next", "--json").stdout)
+    patch = doc["pins"][0]["patches"][0]
+    assert patch["status"] == "upstream" and patch["hunks"][0]["status"] == "upstream"
+    assert patch["hunks"][0]["line"] == 10  # where its context starts
+    q.run("checkout")
+    q.run("push", "--all")
+    moved = json.loads(q.run("rebase", "--pin", "next", "--json").stdout)["result"]
+    assert moved["done"] and moved["summary"]["retired"] == ["G2-upstream.patch"]

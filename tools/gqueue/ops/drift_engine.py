@@ -245,6 +245,12 @@ class SeriesRun:
                 continue
             if theirs is not None and base_before is not None and not self.same:
                 merged, conflicts = self.repo.merge_file(new_cur, base_before, theirs)
+                if conflicts == 0 and merged == new_cur:  # the merge adds nothing: the change is there
+                    found = d.closest_match(split_lines(new_cur), h.new_lines())
+                    reports.append(self._hunk(fd, i, h, d.UPSTREAM, line=found[0] + 1 if found else max(start, 1),
+                                              detail="a three-way merge with it changes nothing"))
+                    new_delta += growth
+                    continue
                 if conflicts == 0:
                     line = _first_difference(new_cur, merged) + 1
                     drift = self._drift_opt(path, base_before, old_at, new_cur, line - 1, h)
