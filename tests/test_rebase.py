@@ -258,3 +258,20 @@ def test_empty_patch_moves_without_stopping(tmp_path: Path) -> None:
     assert doc["result"]["summary"]["moved"] == ["A1-clean.patch", "Z1-empty.patch", "M1-drift.patch"]
     assert q.run("applied").stdout.split() == ["A1-clean.patch", "Z1-empty.patch", "M1-drift.patch"]
     assert empty.read_bytes() == before
+
+
+def test_patch_upstream_in_a_renamed_file_is_retired(tmp_path: Path) -> None:
+    from test_drift import _sub, edit, new_files
+
+    new = new_files()
+    new["vllm/moved/new_name.py"] = _sub(new["vllm/moved/new_name.py"], "    y = x * 3\n", "    y = x * 33\n")
+    q = _two_pins(tmp_path, new)
+    q.write_patch("J3-renamed-upstream.patch", edit("vllm/old_name.py", "    y = x * 3\n", "    y = x * 33\n"))
+    q.set_series("J3-renamed-upstream.patch")
+    q.run("checkout")
+    q.run("push", "--all")
+    proc = q.run("rebase", "--pin", "next", "--json", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["result"]["done"], proc.stdout
+    assert doc["result"]["summary"]["retired"] == ["J3-renamed-upstream.patch"]
+    assert "lifecycle: merged_upstream" in (q.root / "queue/J3-renamed-upstream.patch").read_text()

@@ -273,7 +273,8 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
         ws.reporter.progress(f"rebasing {name}")
         outcome = run.run(patch, entry.strip)
         status = outcome.report.status
-        if status == d.UPSTREAM:
+        if status == d.UPSTREAM or (outcome.landed and outcome.report.hunks and not outcome.changes):
+            # all upstream, at the file's new place too when it was renamed
             _retire(ws, patch, state["to"])
             tally.retired.append(name)
         elif outcome.landed and (outcome.changes or not outcome.report.hunks):  # an empty patch moves as is
