@@ -275,3 +275,25 @@ def test_patch_upstream_in_a_renamed_file_is_retired(tmp_path: Path) -> None:
     assert proc.returncode == 0 and doc["result"]["done"], proc.stdout
     assert doc["result"]["summary"]["retired"] == ["J3-renamed-upstream.patch"]
     assert "lifecycle: merged_upstream" in (q.root / "queue/J3-renamed-upstream.patch").read_text()
+
+
+def test_p0_entry_stays_p0_through_rebase_and_refresh(tmp_path: Path) -> None:
+    from test_drift import edit, new_files
+
+    q = _two_pins(tmp_path, new_files())
+    body = edit("vllm/shift.py", "    y = x * 5\n", "    y = x * 55\n")
+    q.write_patch("B2-p0.patch", body.replace(" a/vllm/", " vllm/").replace(" b/vllm/", " vllm/"))
+    (q.root / "series").write_text("B2-p0.patch -p0\n")
+    q.run("checkout")
+    q.run("push", "--all")
+    assert json.loads(q.run("rebase", "--pin", "next", "--json").stdout)["result"]["summary"]["moved"] == ["B2-p0.patch"]
+    moved = (q.root / "queue/B2-p0.patch").read_text()
+    assert "--- vllm/shift.py\n+++ vllm/shift.py\n@@ -34,7 +34,7 @@" in moved and " b/" not in moved
+    target = q.work / "vllm/shift.py"
+    target.write_text(target.read_text().replace("x * 55", "x * 56"))
+    q.run("refresh")
+    refreshed = (q.root / "queue/B2-p0.patch").read_text()
+    assert "+    y = x * 56" in refreshed and "+++ vllm/shift.py" in refreshed and " b/" not in refreshed
+    q.run("pop", "--all")
+    q.run("push", "--all")  # still applies with -p0
+    assert "x * 56" in target.read_text()

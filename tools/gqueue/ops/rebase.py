@@ -267,6 +267,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
                 run.mark_failed(earlier, strip)
     specs: list[CommitSpec] = []
     landed: list[PatchFile] = []
+    strips: list[int] = []
     stop: tuple[PatchFile, PatchRun, int] | None = None
     for entry, patch in patches:
         name = entry.name
@@ -280,6 +281,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
         elif outcome.landed and (outcome.changes or not outcome.report.hunks):  # an empty patch moves as is
             specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
             landed.append(patch)
+            strips.append(entry.strip)
             if status in (d.CLEAN, d.OFFSET):
                 tally.moved.append(name)
             else:
@@ -293,7 +295,12 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
     if specs:
         commits = ws.repo.write_commits(head, specs, PENDING)
         parents = [head, *commits[:-1]]
-        bodies = ws.repo.diff_pairs(list(zip(parents, commits))[: len(landed)])
+        pairs = list(zip(parents, commits))[: len(landed)]
+        bodies = ws.repo.diff_pairs(pairs)
+        for strip in set(strips) - {1}:  # -pN entries other than -p1: names with N leading components
+            which = [i for i, s in enumerate(strips) if s == strip]
+            for i, body in zip(which, ws.repo.diff_pairs([pairs[i] for i in which], strip=strip)):
+                bodies[i] = body
         _write_patches(ws, [with_body(p, b) for p, b in zip(landed, bodies) if b != p.body])
         target = commits[-1]
     current = ws.repo.head()

@@ -34,6 +34,11 @@ DIFF_OPTIONS = (
     "--src-prefix=a/", "--dst-prefix=b/", "-U3", "--diff-algorithm=myers",
 )
 TRAILER = "Gqueue-Patch"
+
+
+def diff_options(strip: int = 1) -> tuple[str, ...]:
+    """DIFF_OPTIONS for a series entry applied with -p``strip`` (a -p0 entry's names carry no a/ b/)."""
+    return (*DIFF_OPTIONS, *_prefixes(strip))
 CONTENT_ATTRIBUTES = ("text", "eol", "crlf", "filter", "ident", "working-tree-encoding")
 
 
@@ -228,7 +233,7 @@ class WorkRepo:
 
     def diff(self, old: str, new: str, paths: Iterable[str] = (), *, strip: int = 1) -> bytes:
         """``strip``: the file names carry that many leading components (a series entry's -pN)."""
-        return self.run("diff", *DIFF_OPTIONS, *_prefixes(strip), old, new, "--", *paths)
+        return self.run("diff", *diff_options(strip), old, new, "--", *paths)
 
     # writing ------------------------------------------------------------------
     def _fast_import(self, write: Callable[[Callable[[bytes], object]], None], *, fast_zlib: bool = False) -> dict[int, str]:
@@ -412,7 +417,7 @@ class WorkRepo:
     def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False, strip: int = 1) -> bytes:
         """``binary``: binary files as git's binary patches (a saved copy 'git apply' restores);
         ``strip``: as for ``diff``."""
-        return self.run("diff", *DIFF_OPTIONS, *_prefixes(strip), *(("--binary",) if binary else ()), old, new_tree)
+        return self.run("diff", *diff_options(strip), *(("--binary",) if binary else ()), old, new_tree)
 
     # three-way merges and batched diffs (check / rebase) ---------------------------
     def merge_file(self, ours: bytes, base: bytes, theirs: bytes,
@@ -450,7 +455,7 @@ class WorkRepo:
             pos = end + 1 + size + 1
         return found
 
-    def diff_pairs(self, pairs: list[tuple[str, str]]) -> list[bytes]:
+    def diff_pairs(self, pairs: list[tuple[str, str]], *, strip: int = 1) -> list[bytes]:
         """The diff of each (old, new) commit pair, all from one ``git diff-tree --stdin``.
 
         Each input line is ``NEW OLD`` (a commit and the parent to diff against); git echoes
@@ -459,7 +464,7 @@ class WorkRepo:
         if not pairs:
             return []
         stdin = "".join(f"{b} {a}\n" for a, b in pairs).encode()
-        out = self.run("diff-tree", "--stdin", "-r", "-p", *DIFF_OPTIONS, input=stdin)
+        out = self.run("diff-tree", "--stdin", "-r", "-p", *diff_options(strip), input=stdin)
         marks = {f"{b}\n".encode(): i for i, (_a, b) in enumerate(pairs)}
         chunks: list[list[bytes]] = [[] for _ in pairs]
         current: list[bytes] | None = None
