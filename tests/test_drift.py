@@ -340,3 +340,38 @@ def test_change_upstream_with_its_context_changed_is_upstream(tmp_path: Path) ->
     q.run("push", "--all")
     moved = json.loads(q.run("rebase", "--pin", "next", "--json").stdout)["result"]
     assert moved["done"] and moved["summary"]["retired"] == ["G2-upstream.patch"]
+
+
+def test_addition_at_end_of_file_already_upstream(tmp_path: Path) -> None:
+    """A hunk with no context after its change must match at the end of the file (as patch and
+    git apply have it): when upstream appended the same line it is upstream, not applied again."""
+    base = OLD["vllm/clean.py"]
+    new = dict(OLD, **{"vllm/clean.py": base + "X_ADDED = 1\n"})
+    q = make_queue(tmp_path, OLD, "0.1.0")
+    archive = make_sdist(tmp_path / "upstream", "0.2.0", new)
+    with (q.root / "vendor-pin.txt").open("a") as handle:
+        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
+    q.write_patch("A9-eof.patch", diff("vllm/clean.py", base, base + "X_ADDED = 1\n"))
+    q.set_series("A9-eof.patch")
+    doc = json.loads(q.run("check", "--pin", "next", "--json").stdout)
+    assert doc["pins"][0]["patches"][0]["status"] == "upstream"
+    q.run("checkout")
+    q.run("push", "--all")
+    result = json.loads(q.run("rebase", "--pin", "next", "--json").stdout)["result"]
+    assert result["summary"]["retired"] == ["A9-eof.patch"]
+    assert (q.work / "vllm/clean.py").read_text().count("X_ADDED = 1\n") == 1
+
+
+def test_hunks_anchored_at_the_ends_of_the_file() -> None:
+    from gqueue.model.apply import apply_hunks
+    from gqueue.model.diff import parse_diff
+
+    text = b"a\nb\nc\nd\ne\nf\ng\nh\n"
+    tail = parse_diff(diff("x.py", text.decode(), text.decode() + "i\n").encode())[0]
+    assert apply_hunks(text, tail).new == text + b"i\n"
+    assert apply_hunks(text + b"i\n", tail).new is None  # not a second i after h
+    head = parse_diff(diff("x.py", text.decode(), "0\n" + text.decode()).encode())[0]
+    assert apply_hunks(text, head).new == b"0\n" + text
+    assert apply_hunks(b"0\n" + text, head).new is None  # not a second 0 before a
+    middle = parse_diff(diff("x.py", text.decode(), text.decode().replace("d\n", "D\n")).encode())[0]
+    assert apply_hunks(b"z\n" + text, middle).new == b"z\n" + text.replace(b"d\n", b"D\n")  # offset as before

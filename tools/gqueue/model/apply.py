@@ -1,8 +1,10 @@
 """Applying a file's hunks to its old content, in memory, with per-hunk outcomes.
 
 Like GNU patch: each hunk is looked for at its line (shifted by the offsets of the hunks
-before it), then ever further away; with ``max_fuzz`` > 0 it may drop up to that many
-context lines at each end. Unlike patch, fuzz is never taken silently: the outcome says.
+before it), then ever further away (but a hunk with less context after its change than
+before only at the end of the file, one with less before only at its start); with
+``max_fuzz`` > 0 it may drop up to that many context lines at each end. Unlike patch, fuzz
+is never taken silently: the outcome says.
 """
 
 from __future__ import annotations
@@ -67,6 +69,27 @@ def _find(lines: list[bytes], want: list[bytes], expected: int, floor: int) -> i
     return None
 
 
+def _anchor(hunk: Hunk) -> str | None:
+    """Where a hunk with less context on one side must match, as patch and git apply have it:
+    less after its change than before (it ends at the end of the file): "end"; less before: "start"."""
+    tags = [tag for tag, _ in hunk.lines]
+    lead = next((i for i, tag in enumerate(tags) if tag != b" "), len(tags))
+    trail = next((i for i, tag in enumerate(reversed(tags)) if tag != b" "), len(tags))
+    if lead > trail:
+        return "end"
+    if trail > lead:
+        return "start"
+    return None
+
+
+def _find_anchored(lines: list[bytes], want: list[bytes], expected: int, floor: int, anchor: str | None) -> int | None:
+    """:func:`_find`, but only at the end (or start) of the file for an anchored hunk."""
+    if anchor is None:
+        return _find(lines, want, expected, floor)
+    at = len(lines) - len(want) if anchor == "end" else 0
+    return at if at >= floor and _matches(lines, at, want) else None
+
+
 def _trim(hunk: Hunk, fuzz: int) -> tuple[list[tuple[bytes, bytes]], int, int]:
     """Drop up to ``fuzz`` leading and trailing context lines; return body and how many went."""
     body = list(hunk.lines)
@@ -92,7 +115,7 @@ def apply_hunks(old: bytes, diff: FileDiff, *, max_fuzz: int = 0, partial: bool 
     for index, hunk in enumerate(diff.hunks):
         old_lines = hunk.old_lines()
         expected = (hunk.old_start - 1 if hunk.old_len else hunk.old_start) + shift
-        pos = _find(lines, old_lines, expected, cursor)
+        pos = _find_anchored(lines, old_lines, expected, cursor, _anchor(hunk))
         used_fuzz = 0
         body = list(hunk.lines)
         head = 0
