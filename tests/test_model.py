@@ -71,3 +71,18 @@ def test_fuzz_is_never_taken_silently() -> None:
     assert apply_hunks(old, fd).hunks[0].status == "failed"
     fuzzed = apply_hunks(old, fd, max_fuzz=1)
     assert fuzzed.hunks[0].status == "fuzz" and fuzzed.hunks[0].fuzz == 1 and b"L4\n" in fuzzed.new
+
+
+@pytest.mark.parametrize(
+    ("header", "line", "message"),
+    [
+        (b"id: P1\ntitle: t\ntitle: u\n", 4, "duplicate key 'title' (first on line 3)"),
+        (b"id: P1\ntitle: t\nupstream:\n  pr: 1\n  pr: 2\n", 6, "duplicate key 'pr' (first on line 5)"),
+        (b"id: P1\ntitle: t\nnotes: x\n1: x\n", 5, "header key '1' is not a string"),
+        (b"id: P1\ntitle: t\n~: x\n", 4, "header key '~' is not a string"),
+    ],
+)
+def test_duplicate_and_non_string_keys_are_refused_on_their_line(header: bytes, line: int, message: str) -> None:
+    with pytest.raises(FormatError) as err:
+        parse_patch(b"---\n" + header + b"...\n", name="x.patch")
+    assert (err.value.line, err.value.message) == (line, message)

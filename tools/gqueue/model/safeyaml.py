@@ -30,39 +30,52 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
     Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # noqa: N806 - PyYAML's name
     lines: dict[str, int] = {}
     nodes = 0
-    depth = 0
-    expect_key = False
+    # One frame per open collection: [is_mapping, next node is a key, {key: line} seen in it].
+    frames: list[list[Any]] = []
+    resolver = yaml.resolver.Resolver()
     try:
         for event in yaml.parse(text, Loader=Loader):
             line = first_line + event.start_mark.line
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
                 raise FormatError("YAML anchors and aliases are not allowed in a patch header", path=path, line=line)
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                if depth == 1 and not expect_key:
-                    expect_key = True  # a collection value of a top-level key
-                elif depth == 1:
-                    raise FormatError("header keys must be plain strings", path=path, line=line)
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise FormatError(f"YAML header nested deeper than {MAX_DEPTH} levels", path=path, line=line)
-                if depth == 1:
-                    if not isinstance(event, yaml.MappingStartEvent):
-                        raise FormatError("patch header must be a YAML mapping", path=path, line=line)
-                    expect_key = True
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-            elif isinstance(event, yaml.ScalarEvent):
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                frames.pop()
+                continue
+            if not isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                continue
+            is_key = bool(frames) and frames[-1][0] and frames[-1][1]
+            if frames and frames[-1][0]:
+                frames[-1][1] = not frames[-1][1]
+            if isinstance(event, yaml.ScalarEvent):
                 nodes += 1
+                if nodes > MAX_NODES:
+                    raise FormatError("YAML header has too many values", path=path, line=first_line)
                 if len(event.value) > MAX_SCALAR_CHARS:
                     raise FormatError(f"YAML scalar longer than {MAX_SCALAR_CHARS} characters", path=path, line=line)
-                if depth == 1:
-                    if expect_key:
-                        lines.setdefault(event.value, line)
-                    expect_key = not expect_key
-                elif depth == 0:
+                if not frames:
                     raise FormatError("patch header must be a YAML mapping", path=path, line=line)
-            if nodes > MAX_NODES:
-                raise FormatError("YAML header has too many values", path=path, line=first_line)
+                if is_key:
+                    tag = event.tag if event.tag not in (None, "!") else resolver.resolve(
+                        yaml.ScalarNode, event.value, event.implicit)
+                    if len(frames) == 1 and tag not in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"):
+                        raise FormatError(f"header key '{event.value}' is not a string", path=path, line=line)
+                    seen = frames[-1][2]
+                    if (tag, event.value) in seen:
+                        raise FormatError(
+                            f"duplicate key '{event.value}' (first on line {seen[(tag, event.value)]})",
+                            path=path, line=line,
+                        )
+                    seen[(tag, event.value)] = line
+                    if len(frames) == 1:
+                        lines[event.value] = line
+                continue
+            if is_key and len(frames) == 1:
+                raise FormatError("header keys must be plain strings", path=path, line=line)
+            if not frames and not isinstance(event, yaml.MappingStartEvent):
+                raise FormatError("patch header must be a YAML mapping", path=path, line=line)
+            frames.append([isinstance(event, yaml.MappingStartEvent), True, {}])
+            if len(frames) > MAX_DEPTH:
+                raise FormatError(f"YAML header nested deeper than {MAX_DEPTH} levels", path=path, line=line)
         data = yaml.load(text, Loader=Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise _format_error(exc, path, first_line) from None
