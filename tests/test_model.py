@@ -86,3 +86,19 @@ def test_duplicate_and_non_string_keys_are_refused_on_their_line(header: bytes, 
     with pytest.raises(FormatError) as err:
         parse_patch(b"---\n" + header + b"...\n", name="x.patch")
     assert (err.value.line, err.value.message) == (line, message)
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        (b"diff --git a/f b/f\nindex \n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", 11, "malformed 'index' line"),
+        (b"diff --git a/f b/f\nold mode \xff\nnew mode 100755\n", 11, "malformed file mode in a git header line"),
+        (b"diff --git a/f b/f\nnew file mode 10064x\n", 11, "malformed file mode in a git header line"),
+        (b"--- a/f\n+++ b/f\n@@ -1,0 +1,0 @@\n\\ No newline at end of file\n", 13,
+         "'\\ No newline at end of file' follows a hunk without lines"),
+    ],
+)
+def test_malformed_git_header_lines_are_format_errors(body: bytes, line: int, message: str) -> None:
+    with pytest.raises(FormatError) as err:
+        parse_diff(body, path="queue/x.patch", first_line=10)
+    assert (err.value.line, err.value.message) == (line, message)

@@ -14,6 +14,8 @@ from ..errors import FormatError
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*?)\r?\n?$")
 NO_NEWLINE = b"\\ No newline at end of file"
+_MODE = re.compile(rb"[0-7]{6}")
+_INDEX = re.compile(rb"([0-9a-f]+)\.\.([0-9a-f]+)")
 
 
 @dataclass(frozen=True)
@@ -108,22 +110,24 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
             i += 1
             while i < n and not lines[i].startswith((b"--- ", b"diff --git ", b"@@ ")):
                 ext = lines[i].rstrip(b"\r\n")
+                here = lineno(i)
                 if ext.startswith(b"new file mode "):
-                    meta["new_mode"], meta["new"] = ext[14:].decode(), True
+                    meta["new_mode"], meta["new"] = _mode(ext[14:], path, here), True
                 elif ext.startswith(b"deleted file mode "):
-                    meta["old_mode"], meta["deleted"] = ext[18:].decode(), True
+                    meta["old_mode"], meta["deleted"] = _mode(ext[18:], path, here), True
                 elif ext.startswith(b"old mode "):
-                    meta["old_mode"] = ext[9:].decode()
+                    meta["old_mode"] = _mode(ext[9:], path, here)
                 elif ext.startswith(b"new mode "):
-                    meta["new_mode"] = ext[9:].decode()
+                    meta["new_mode"] = _mode(ext[9:], path, here)
                 elif ext.startswith(b"index "):
                     fields = ext[6:].split()
-                    if b".." in fields[0]:
-                        a, b = fields[0].split(b"..", 1)
-                        meta["old_index"], meta["new_index"] = a.decode(), b.decode()
+                    match = _INDEX.fullmatch(fields[0]) if fields else None
+                    if match is None or len(fields) > 2:
+                        raise FormatError("malformed 'index' line", path=path, line=here)
+                    meta["old_index"], meta["new_index"] = match.group(1).decode(), match.group(2).decode()
                     if len(fields) > 1:
-                        meta.setdefault("old_mode", fields[1].decode())
-                        meta.setdefault("new_mode", fields[1].decode())
+                        meta.setdefault("old_mode", _mode(fields[1], path, here))
+                        meta.setdefault("new_mode", _mode(fields[1], path, here))
                 elif ext.startswith((b"rename from", b"rename to", b"copy from", b"copy to")):
                     meta["rename"] = True
                 elif ext.startswith(b"Binary files ") or ext == b"GIT binary patch":
@@ -181,6 +185,12 @@ def _hunk_line_after_count(line: bytes) -> bool:
     return line[:1] in (b" ", b"+", b"-") and len(line.rstrip(b"\r\n")) > 1
 
 
+def _mode(raw: bytes, path: str, line: int) -> str:
+    if not _MODE.fullmatch(raw):
+        raise FormatError("malformed file mode in a git header line", path=path, line=line)
+    return raw.decode()
+
+
 def _s(meta: dict[str, str | bool | None], key: str) -> str | None:
     value = meta.get(key)
     return value if isinstance(value, str) else None
@@ -225,6 +235,8 @@ def _parse_hunk(lines: list[bytes], i: int, *, path: str, first_line: int) -> tu
         if old_seen > old_len or new_seen > new_len:
             raise FormatError("hunk has more lines than its header says", path=path, line=first_line + i - 1)
     if i < len(lines) and lines[i].startswith(NO_NEWLINE):
+        if not body:
+            raise FormatError(f"'{NO_NEWLINE.decode()}' follows a hunk without lines", path=path, line=first_line + i)
         body[-1] = (body[-1][0], _chomp(body[-1][1]))
         i += 1
     section = match.group(5) or b""
