@@ -102,3 +102,24 @@ def test_malformed_git_header_lines_are_format_errors(body: bytes, line: int, me
     with pytest.raises(FormatError) as err:
         parse_diff(body, path="queue/x.patch", first_line=10)
     assert (err.value.line, err.value.message) == (line, message)
+
+
+def test_series_and_pin_lines_break_only_at_newlines() -> None:
+    # str.splitlines() also breaks at form feeds and vertical tabs: line numbers shifted
+    with pytest.raises(FormatError) as err:
+        parse_series("a.patch\x0cb.patch\nc.patch\na.patch\n")
+    assert (err.value.line, err.value.message) == (1, "unexpected 'b.patch' after the patch name")
+    series = parse_series("# x\x0by\nc.patch\nd.patch\n")
+    assert [(e.name, e.line) for e in series.entries] == [("c.patch", 2), ("d.patch", 3)]
+    assert series.remove("c.patch").text() == "# x\x0by\nd.patch\n"
+    with pytest.raises(FormatError) as err:
+        parse_pins("# a\x0cb\nnext vllm==0.25.0\npin vllm==0.24.0\npin vllm==0.24.0\n")
+    assert err.value.line == 4
+
+
+@pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029"])
+def test_header_with_a_unicode_line_break_is_refused_on_its_line(char: str) -> None:
+    data = f"---\nid: P1\ntitle: t\nnotes: a{char}lifecycle: retired\n...\n".encode()
+    with pytest.raises(FormatError) as err:
+        parse_patch(data, name="x.patch")
+    assert err.value.line == 4 and "U+" in err.value.message

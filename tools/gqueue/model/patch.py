@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FormatError
 from .meta import SCHEMA, PatchMeta, check_meta
 from .safeyaml import load_mapping
+from .series import split_lines
 
 if TYPE_CHECKING:
     from ..headercache import HeaderCache
@@ -69,9 +70,11 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
     except UnicodeDecodeError as exc:
         line = header[: exc.start].count(b"\n") + 1
         raise FormatError("patch header is not valid UTF-8", path=where, line=line) from None
-    if "\r" in text:
-        line = text[: text.index("\r")].count("\n") + 2
-        raise FormatError("patch header contains a carriage return", path=where, line=line)
+    for char, what in (("\r", "a carriage return"), ("\x85", "U+0085 (next line)"),
+                       ("\u2028", "U+2028 (line separator)"), ("\u2029", "U+2029 (paragraph separator)")):
+        if char in text:  # YAML reads each as a line break that editors do not show
+            line = text[: text.index(char)].count("\n") + 2
+            raise FormatError(f"patch header contains {what}", path=where, line=line)
     if cache is not None:
         raw, lines = cache.load(load_mapping, text, path=where, first_line=2)
     else:
@@ -138,7 +141,7 @@ def with_fields(patch: PatchFile, updates: dict[str, Any]) -> PatchFile:
     if not patch.header:
         fields = {k: v for k, v in updates.items() if v is not None}
         return new_patch(patch.name, fields, patch.body)
-    lines = patch.header.decode("utf-8").splitlines(keepends=True)
+    lines = split_lines(patch.header.decode("utf-8"))
     for key, value in updates.items():
         start, end = _key_extent(lines, key)
         rendered = [] if value is None else render_field(key, value).splitlines(keepends=True)

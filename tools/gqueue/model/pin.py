@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from ..errors import FormatError
+from .series import split_lines
 
 MAIN_LABEL = "pin"
 _LABEL = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -147,7 +148,7 @@ def parse_source(source: str, *, path: str = "vendor-pin.txt", line: int = 0) ->
 
 
 def parse_pins(text: str, *, path: str = "vendor-pin.txt") -> PinFile:
-    lines = tuple(text.splitlines(keepends=True))
+    lines = tuple(split_lines(text))
     pins: list[Pin] = []
     labels: set[str] = set()
     for number, raw in enumerate(lines, start=1):

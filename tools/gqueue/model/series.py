@@ -97,8 +97,19 @@ class Series:
         return [e for e in self.entries if e.selected(active)]
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines ending in ``\n`` (the last one may lack it), as editors and ``sed -n Np`` count them.
+
+    ``str.splitlines`` also breaks at form feeds, vertical tabs, U+0085, U+2028 and more,
+    which would shift every line number after one of them.
+    """
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
 def parse_series(text: str, *, path: str = "series") -> Series:
-    lines = tuple(text.splitlines(keepends=True))
+    lines = tuple(split_lines(text))
     entries: list[SeriesEntry] = []
     parked: list[str] = []
     seen: dict[str, int] = {}
