@@ -123,3 +123,15 @@ def test_header_with_a_unicode_line_break_is_refused_on_its_line(char: str) -> N
     with pytest.raises(FormatError) as err:
         parse_patch(data, name="x.patch")
     assert err.value.line == 4 and "U+" in err.value.message
+
+
+def test_a_pin_option_given_twice_or_two_different_sdist_hashes_are_refused() -> None:
+    a, b = "a" * 64, "b" * 64
+    with pytest.raises(FormatError, match="'sdist' is given twice") as err:
+        parse_pins(f"# pins\npin vllm==0.24.0 sdist=sha256:{a} sdist=sha256:{b}\n")
+    assert err.value.line == 2
+    with pytest.raises(FormatError, match="different hashes") as err:
+        parse_pins(f"pin file:///x/vllm-0.24.0.tar.gz#sha256={a} sdist=sha256:{b}\n")
+    assert err.value.line == 1
+    same = parse_pins(f"pin file:///x/vllm-0.24.0.tar.gz#sha256={a} sdist=sha256:{a}\n")
+    assert same.main.sdist_sha256 == a

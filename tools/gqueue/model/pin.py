@@ -169,10 +169,15 @@ def parse_pins(text: str, *, path: str = "vendor-pin.txt") -> PinFile:
             key, eq, value = word.partition("=")
             if not eq or key not in ("sdist", "wheel", "wheel-file"):
                 raise FormatError(f"unknown pin option '{word}'", path=path, line=number)
+            if key in options:
+                raise FormatError(f"pin option '{key}' is given twice", path=path, line=number)
             if key in ("sdist", "wheel") and not (value.startswith("sha256:") and _HEX.match(value[7:])):
                 raise FormatError(f"'{key}' must be sha256:<64 hex digits>", path=path, line=number)
             options[key] = value
         project, version, url = parse_source(source, path=path, line=number)
+        fragment, option = _url_hash(url), _hash_of(options.get("sdist"))
+        if fragment and option and fragment != option:
+            raise FormatError("the URL's '#sha256=' and 'sdist=sha256:' name different hashes", path=path, line=number)
         pins.append(Pin(label, source, project, version, url, options, number))
     result = PinFile(lines, tuple(pins), path)
     if pins:
