@@ -213,3 +213,20 @@ REPO = Path(__file__).resolve().parents[1]
 def test_project_queue_lints_clean() -> None:
     report = lint(Store(REPO))
     assert report.errors == 0, report.render()
+
+
+@pytest.mark.parametrize(
+    ("prefix", "old", "new", "line", "message"),
+    [
+        (b"\xef\xbb\xbf", b"", b"", 1, "byte order mark"),
+        (b"", b"tier: community\n", b"tier: community\nnotes: a\xe2\x80\xa8b\n", 7, "U+2028"),
+        (b"", b"tier: community\n", b"tier: community\ntier: engine\n", 7, "duplicate key 'tier' (first on line 6)"),
+    ],
+)
+def test_lint_refuses_headers_as_push_does(tmp_path: Path, prefix: bytes, old: bytes, new: bytes, line: int,
+                                           message: str) -> None:
+    q = good_queue(tmp_path)
+    path = q.root / "queue/G1-good.patch"
+    path.write_bytes(prefix + path.read_bytes().replace(old, new, 1))
+    found = [(f.line, f.rule) for f in lint(Store(q.root)).findings if message in f.message]
+    assert found == [(line, "header-parse")]

@@ -135,3 +135,9 @@ def test_a_pin_option_given_twice_or_two_different_sdist_hashes_are_refused() ->
     assert err.value.line == 1
     same = parse_pins(f"pin file:///x/vllm-0.24.0.tar.gz#sha256={a} sdist=sha256:{a}\n")
     assert same.main.sdist_sha256 == a
+
+
+def test_byte_order_mark_before_the_header_is_named() -> None:
+    with pytest.raises(FormatError, match="byte order mark") as err:
+        parse_patch(b"\xef\xbb\xbf---\nid: P1\ntitle: t\n...\n", name="x.patch")
+    assert err.value.line == 1

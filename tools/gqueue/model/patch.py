@@ -56,8 +56,7 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
                 cache: "HeaderCache | None" = None) -> PatchFile:
     """Split and parse a patch file; ``cache`` may answer for a header it has parsed before."""
     where = path or name
-    if data.startswith(b"---\r\n"):
-        raise FormatError("patch file has CRLF (Windows) line endings; convert it to LF", path=where, line=1)
+    check_opening(data, path=where)
     header, body = split_header(data)
     if data.startswith(HEADER_START) and not header:
         raise FormatError("patch header opened with '---' is never closed with '...'", path=where, line=1)
@@ -65,16 +64,7 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
         if require_header:
             raise FormatError("patch has no gqueue header (a YAML block between '---' and '...')", path=where, line=1)
         return PatchFile(name, b"", data, PatchMeta({}, {}))
-    try:
-        text = header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = header[: exc.start].count(b"\n") + 1
-        raise FormatError("patch header is not valid UTF-8", path=where, line=line) from None
-    for char, what in (("\r", "a carriage return"), ("\x85", "U+0085 (next line)"),
-                       ("\u2028", "U+2028 (line separator)"), ("\u2029", "U+2029 (paragraph separator)")):
-        if char in text:  # YAML reads each as a line break that editors do not show
-            line = text[: text.index(char)].count("\n") + 2
-            raise FormatError(f"patch header contains {what}", path=where, line=line)
+    text = header_text(header, path=where)
     if cache is not None:
         raw, lines = cache.load(load_mapping, text, path=where, first_line=2)
     else:
@@ -82,6 +72,29 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
     meta = PatchMeta(raw, lines)
     check_meta(meta, path=where, first_line=1)
     return PatchFile(name, header, body, meta)
+
+
+def check_opening(data: bytes, *, path: str) -> None:
+    """Refuse a header opening that would otherwise read as no header at all."""
+    if data.startswith(b"---\r\n"):
+        raise FormatError("patch file has CRLF (Windows) line endings; convert it to LF", path=path, line=1)
+    if data.startswith(b"\xef\xbb\xbf---"):
+        raise FormatError("patch file starts with a UTF-8 byte order mark; remove it", path=path, line=1)
+
+
+def header_text(header: bytes, *, path: str) -> str:
+    """The YAML between the delimiter lines of a header, refused if it is not UTF-8 or hides line breaks."""
+    try:
+        text = header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = header[: exc.start].count(b"\n") + 1
+        raise FormatError("patch header is not valid UTF-8", path=path, line=line) from None
+    for char, what in (("\r", "a carriage return"), ("\x85", "U+0085 (next line)"),
+                       ("\u2028", "U+2028 (line separator)"), ("\u2029", "U+2029 (paragraph separator)")):
+        if char in text:  # YAML reads each as a line break that editors do not show
+            line = text[: text.index(char)].count("\n") + 2
+            raise FormatError(f"patch header contains {what}", path=path, line=line)
+    return text
 
 
 def format_patch(patch: PatchFile) -> bytes:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, GqueueError
 from ..model.lint_rules import ERROR, RULES, WARNING, Finding, HeaderView, check_patch, check_queue
-from ..model.patch import HEADER_END, HEADER_START, split_header
+from ..model.patch import HEADER_START, check_opening, header_text, split_header
 from ..model.safeyaml import load_mapping
 from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
@@ -65,16 +65,18 @@ def read_view(name: str, data: bytes) -> tuple[HeaderView, list[Finding]]:
     def broken(message: str, line: int) -> tuple[HeaderView, list[Finding]]:
         return HeaderView(name, path, {}, {}, data, 1, parsed=False), [Finding(path, line, "header-parse", message)]
 
+    try:
+        check_opening(data, path=path)
+    except FormatError as exc:
+        return broken(exc.message, 1)
     if not header:
         if data.startswith(HEADER_START):
             return broken("the header opened with '---' is never closed with '...'", 1)
         return broken("no gqueue header (a YAML block between '---' and '...')", 1)
     try:
-        text = header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return broken("the header is not valid UTF-8", header[: exc.start].count(b"\n") + 1)
-    if "\r" in text:
-        return broken("the header contains a carriage return", text[: text.index("\r")].count("\n") + 2)
+        text = header_text(header, path=path)
+    except FormatError as exc:
+        return broken(exc.message, exc.line or 1)
     try:
         raw, lines = load_mapping(text, path=path, first_line=2)
     except FormatError as exc:
