@@ -141,3 +141,15 @@ def test_byte_order_mark_before_the_header_is_named() -> None:
     with pytest.raises(FormatError, match="byte order mark") as err:
         parse_patch(b"\xef\xbb\xbf---\nid: P1\ntitle: t\n...\n", name="x.patch")
     assert err.value.line == 1
+
+
+def test_a_lone_carriage_return_inside_a_line_is_part_of_it() -> None:
+    # git diff of a source line holding a bare CR: one line for git, two for bytes.splitlines
+    old = b'x = "a\rb"\ny = 1\n'
+    body = b'--- a/f.py\n+++ b/f.py\n@@ -1,2 +1,2 @@\n x = "a\rb"\n-y = 1\n+y = 2\n'
+    fd = parse_diff(body)[0]
+    assert fd.hunks[0].old_lines() == [b'x = "a\rb"\n', b"y = 1\n"]
+    assert apply_hunks(old, fd).new == old.replace(b"y = 1", b"y = 2")
+    with pytest.raises(FormatError) as err:
+        parse_diff(body.replace(b"@@ -1,2 +1,2 @@", b"@@ -1,3 +1,3 @@") + b"a\rb\n", path="x", first_line=5)
+    assert err.value.line == 11

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .diff import FileDiff, Hunk
+from .diff import FileDiff, Hunk, byte_lines
 
 CLEAN = "clean"
 OFFSET = "offset"
@@ -43,7 +43,7 @@ class FileOutcome:
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    return data.splitlines(keepends=True)
+    return byte_lines(data)
 
 
 def _matches(lines: list[bytes], pos: int, want: list[bytes]) -> bool:

@@ -90,8 +90,18 @@ def _strip(raw: bytes, strip: int, *, path: str, line: int) -> str | None:
     return "/".join(parts[strip:])
 
 
+def byte_lines(data: bytes) -> list[bytes]:
+    """Lines ending in ``\\n`` (the last may lack it), as git and patch count them.
+
+    ``bytes.splitlines`` also breaks at a lone ``\\r``, which a line of a source file may hold.
+    """
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
 def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip: int = 1) -> list[FileDiff]:
-    lines = body.splitlines(keepends=True)
+    lines = byte_lines(body)
     files: list[FileDiff] = []
     i = 0
     n = len(lines)

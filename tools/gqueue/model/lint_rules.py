@@ -14,7 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import FormatError
-from .diff import FileDiff, parse_diff
+from .diff import FileDiff, byte_lines, parse_diff
 from .series import Series, SeriesEntry
 from .meta import (
     ALLOW_FLAGS, APPLIES_TO_KEYS, IMPLEMENTATION_STATUSES, LIFECYCLES, RELATIONSHIPS, REQUIRED, ROLES, SCHEMA,
@@ -316,7 +316,7 @@ def hunk_lines(body: bytes, first_line: int) -> Iterator[tuple[str, int, bytes, 
     """(file, patch-file line, tag, text) for every line inside a hunk; tolerant of junk."""
     path = ""
     old = new = 0
-    for number, raw in enumerate(body.splitlines(keepends=True), start=first_line):
+    for number, raw in enumerate(byte_lines(body), start=first_line):
         if old > 0 or new > 0:
             tag = raw[:1]
             if raw.startswith(b"\\"):
