@@ -153,3 +153,20 @@ def test_a_lone_carriage_return_inside_a_line_is_part_of_it() -> None:
     with pytest.raises(FormatError) as err:
         parse_diff(body.replace(b"@@ -1,2 +1,2 @@", b"@@ -1,3 +1,3 @@") + b"a\rb\n", path="x", first_line=5)
     assert err.value.line == 11
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        (b"--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n", 10, "both sides of the file header are /dev/null"),
+        (b"x\ndiff --git a/n b/n\nindex 0000000..1111111\n--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n", 13,
+         "both sides of the file header are /dev/null"),
+        (b"diff --git a/n b/n\nnew file mode 100644\ndeleted file mode 100644\n", 10,
+         "a file header says both 'new file' and 'deleted file'"),
+    ],
+)
+def test_a_file_diff_without_any_path_is_refused(body: bytes, line: int, message: str) -> None:
+    # it reached git fast-import as a file at the root ("Root cannot be a non-directory")
+    with pytest.raises(FormatError) as err:
+        parse_diff(body, path="queue/x.patch", first_line=10)
+    assert (err.value.line, err.value.message) == (line, message)

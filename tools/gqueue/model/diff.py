@@ -155,6 +155,8 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                     git_names = [names[:half]]  # 'diff --git x x': no a/ b/ prefixes (a -p0 patch)
                 old = _strip(git_names[0], strip, path=path, line=lineno(start))
                 new = _strip(b"b/" + git_names[1], strip, path=path, line=lineno(start)) if len(git_names) == 2 else old
+                if meta.get("new") and meta.get("deleted"):
+                    raise FormatError("a file header says both 'new file' and 'deleted file'", path=path, line=lineno(start))
                 files.append(
                     FileDiff(
                         None if meta.get("new") else old, None if meta.get("deleted") else new, (), lineno(start),
@@ -167,6 +169,8 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
             raise FormatError("'---' line not followed by '+++'", path=path, line=lineno(i))
         old_path = _strip(lines[i][4:], strip, path=path, line=lineno(i))
         new_path = _strip(lines[i + 1][4:], strip, path=path, line=lineno(i + 1))
+        if old_path is None and new_path is None:
+            raise FormatError("both sides of the file header are /dev/null", path=path, line=lineno(i))
         i += 2
         hunks: list[Hunk] = []
         while i < n and lines[i].startswith(b"@@"):
