@@ -170,3 +170,11 @@ def test_a_file_diff_without_any_path_is_refused(body: bytes, line: int, message
     with pytest.raises(FormatError) as err:
         parse_diff(body, path="queue/x.patch", first_line=10)
     assert (err.value.line, err.value.message) == (line, message)
+
+
+def test_with_fields_keeps_the_comments_and_blank_lines_after_a_key() -> None:
+    data = (b"---\nid: P1\ntitle: t\nlifecycle: experimental\n\n# why the notes\nnotes: |\n  a\n\n  b\n"
+            b"# closing remark\n...\nbody\n")
+    patch = parse_patch(data, name="P1-x.patch")
+    assert format_patch(with_fields(patch, {"lifecycle": "retired"})) == data.replace(b"experimental", b"retired")
+    assert format_patch(with_fields(patch, {"notes": "n"})) == data.replace(b"|\n  a\n\n  b\n", b"n\n")

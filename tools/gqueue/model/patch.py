@@ -176,5 +176,7 @@ def _key_extent(lines: list[str], key: str) -> tuple[int | None, int]:
                 if lines[j].startswith("-") and not lines[i].rstrip().endswith(":"):
                     break
                 j += 1
+            while j > i + 1 and (not lines[j - 1].strip() or lines[j - 1].startswith("#")):
+                j -= 1  # blank and comment lines after the value belong to what follows
             return i, j
     return None, len(lines) - 1
