@@ -178,3 +178,10 @@ def test_with_fields_keeps_the_comments_and_blank_lines_after_a_key() -> None:
     patch = parse_patch(data, name="P1-x.patch")
     assert format_patch(with_fields(patch, {"lifecycle": "retired"})) == data.replace(b"experimental", b"retired")
     assert format_patch(with_fields(patch, {"notes": "n"})) == data.replace(b"|\n  a\n\n  b\n", b"n\n")
+
+
+@pytest.mark.parametrize("spelling", [b'"lifecycle":', b"'lifecycle':", b"lifecycle :"])
+def test_with_fields_finds_a_quoted_or_spaced_key(spelling: bytes) -> None:
+    data = b"---\nid: P1\ntitle: t\n" + spelling + b" experimental\nnotes: n\n...\nbody\n"
+    patch = with_fields(parse_patch(data, name="P1-x.patch"), {"lifecycle": "retired"})
+    assert format_patch(patch) == data.replace(spelling + b" experimental", b"lifecycle: retired")

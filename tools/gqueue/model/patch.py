@@ -7,6 +7,7 @@ and only ever edited line by line.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -168,9 +169,9 @@ def with_fields(patch: PatchFile, updates: dict[str, Any]) -> PatchFile:
 
 def _key_extent(lines: list[str], key: str) -> tuple[int | None, int]:
     """Index range of a top-level key's lines inside the header lines (delimiters included)."""
+    spelled = re.compile(rf"""({re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}') *:(\s|$)""")
     for i in range(1, len(lines) - 1):
-        line = lines[i]
-        if line.startswith(f"{key}:") and (len(line) == len(key) + 1 or line[len(key) + 1] in " \n"):
+        if spelled.match(lines[i]):
             j = i + 1
             while j < len(lines) - 1 and (lines[j][:1] in (" ", "\t", "-", "\n") or lines[j].startswith("#")):
                 if lines[j].startswith("-") and not lines[i].rstrip().endswith(":"):
