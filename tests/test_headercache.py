@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from synth import BASE_FILES, make_queue, unified
 
+from gqueue.errors import FormatError
 from gqueue.headercache import HeaderCache
 from gqueue.model.safeyaml import load_mapping
 from gqueue.store import Store
@@ -76,3 +79,12 @@ def test_store_reads_the_same_patches_with_a_warm_cache(tmp_path: Path) -> None:
     warm = Store(q.root).read_all()
     assert cold == warm
     assert warm[1][0].meta.line_of("notes") == cold[1][0].meta.line_of("notes") == 5
+
+
+def test_an_entry_saved_before_the_loader_refused_duplicate_keys_does_not_answer(tmp_path: Path) -> None:
+    text = "id: P1\ntitle: one\ntitle: two\n"
+    old_key = "2:" + hashlib.sha1(text.encode()).hexdigest()  # the key an older gqueue wrote
+    path = tmp_path / "headers.json"
+    path.write_text(json.dumps({old_key: json.dumps([{"id": "P1", "title": "two"}, {"id": 2, "title": 3}])}))
+    with pytest.raises(FormatError, match="duplicate key 'title'"):
+        HeaderCache(path).load(load_mapping, text, path="queue/p", first_line=2)

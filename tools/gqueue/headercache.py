@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 MAX_ENTRIES = 4000  # past this the oldest half is dropped on save
+# Part of every key: raised whenever the loader starts refusing headers it used to accept
+# (2: duplicate keys), so that no entry saved by an older gqueue answers for such a header.
+LOADER_VERSION = 2
 
 Loader = Callable[..., "tuple[dict[str, Any], dict[str, int]]"]
 
@@ -41,7 +44,7 @@ class HeaderCache:
 
     def load(self, load_mapping: Loader, text: str, *, path: str, first_line: int) -> tuple[dict[str, Any], dict[str, int]]:
         """``load_mapping(text, ...)``'s answer, from the cache when this exact text was seen."""
-        key = f"{first_line}:" + hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+        key = f"{LOADER_VERSION}:{first_line}:" + hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
         entries = self._read()
         cached = entries.get(key)
         if cached is not None:
