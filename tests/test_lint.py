@@ -230,3 +230,10 @@ def test_lint_refuses_headers_as_push_does(tmp_path: Path, prefix: bytes, old: b
     path.write_bytes(prefix + path.read_bytes().replace(old, new, 1))
     found = [(f.line, f.rule) for f in lint(Store(q.root)).findings if message in f.message]
     assert found == [(line, "header-parse")]
+
+
+def test_a_patch_that_requires_itself_is_an_error(tmp_path: Path) -> None:
+    q = good_queue(tmp_path)
+    edit(q, "G2-next.patch", "requires: [G1]", "requires: [G1, G2]")
+    found = [(f.path, f.line, f.rule, f.message) for f in lint(Store(q.root)).findings if f.rule.startswith("requires")]
+    assert found == [("queue/G2-next.patch", 16, "requires-order", "requires itself ('G2')")]

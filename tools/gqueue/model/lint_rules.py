@@ -451,6 +451,8 @@ def _check_relations(series: Series, views: dict[str, HeaderView]) -> list[Findi
             elif need not in active:
                 out.append(_f(view, "requires", "requires-inactive",
                               f"requires '{need}', whose lifecycle is {by_id[need].lifecycle}"))
+            elif need == pid:
+                out.append(_f(view, "requires", "requires-order", f"requires itself ('{need}')"))
             elif position[need] > index:
                 out.append(_f(view, "requires", "requires-order",
                               f"requires '{need}', which comes later in the series (entry {position[need] + 1})"))
