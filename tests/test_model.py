@@ -185,3 +185,11 @@ def test_with_fields_finds_a_quoted_or_spaced_key(spelling: bytes) -> None:
     data = b"---\nid: P1\ntitle: t\n" + spelling + b" experimental\nnotes: n\n...\nbody\n"
     patch = with_fields(parse_patch(data, name="P1-x.patch"), {"lifecycle": "retired"})
     assert format_patch(patch) == data.replace(spelling + b" experimental", b"lifecycle: retired")
+
+
+def test_a_closing_line_without_its_newline_is_named_as_such() -> None:
+    with pytest.raises(FormatError, match="lacks its newline") as err:
+        parse_patch(b"---\nid: P1\ntitle: t\n...", name="x.patch")
+    assert err.value.line == 4
+    with pytest.raises(FormatError, match="never closed"):
+        parse_patch(b"---\nid: P1\ntitle: t\n", name="x.patch")

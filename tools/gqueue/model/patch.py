@@ -60,6 +60,9 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
     check_opening(data, path=where)
     header, body = split_header(data)
     if data.startswith(HEADER_START) and not header:
+        if data.endswith(b"\n..."):
+            raise FormatError("the header's closing '...' line lacks its newline at the end of the file",
+                              path=where, line=data.count(b"\n") + 1)
         raise FormatError("patch header opened with '---' is never closed with '...'", path=where, line=1)
     if not header:
         if require_header:

@@ -70,6 +70,9 @@ def read_view(name: str, data: bytes) -> tuple[HeaderView, list[Finding]]:
     except FormatError as exc:
         return broken(exc.message, 1)
     if not header:
+        if data.startswith(HEADER_START) and data.endswith(b"\n..."):
+            return broken("the header's closing '...' line lacks its newline at the end of the file",
+                          data.count(b"\n") + 1)
         if data.startswith(HEADER_START):
             return broken("the header opened with '---' is never closed with '...'", 1)
         return broken("no gqueue header (a YAML block between '---' and '...')", 1)
