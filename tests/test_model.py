@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 from paths import REPO
+from synth import make_queue
 from gqueue.errors import FormatError
 from gqueue.model.apply import apply_hunks
 from gqueue.model.diff import parse_diff
 from gqueue.model.patch import format_patch, parse_patch, with_fields
 from gqueue.model.pin import parse_pins
 from gqueue.model.series import parse_series
+from gqueue.store import Store
 
 QUEUE_FILES = sorted((REPO / "queue").glob("*.patch"))
 
@@ -193,3 +195,17 @@ def test_a_closing_line_without_its_newline_is_named_as_such() -> None:
     assert err.value.line == 4
     with pytest.raises(FormatError, match="never closed"):
         parse_patch(b"---\nid: P1\ntitle: t\n", name="x.patch")
+
+
+def test_the_pin_file_is_read_as_written(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    pin = q.root / "vendor-pin.txt"
+    data = b"# pins\r\n" + pin.read_bytes().replace(b"\n", b"\r\n")
+    pin.write_bytes(data)
+    store = Store(q.root)
+    store.write_pins(store.read_pins())
+    assert pin.read_bytes() == data  # text mode read CRLF as LF, and the rewrite dropped the CRs
+    pin.write_bytes(b"# pins\n# \xff\n" + data)
+    with pytest.raises(FormatError, match="not valid UTF-8") as err:
+        store.read_pins()
+    assert err.value.line == 2

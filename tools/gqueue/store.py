@@ -81,11 +81,13 @@ class Store:
 
     def read_pins(self) -> PinFile:
         try:
-            text = self.pin_path.read_text(encoding="utf-8")
+            raw = self.pin_path.read_bytes()  # bytes: text mode would turn CRLF into LF on a rewrite
         except FileNotFoundError:
             raise StateError("no vendor-pin.txt", path=PIN) from None
-        except UnicodeDecodeError:
-            raise FormatError("vendor-pin.txt is not valid UTF-8", path=PIN) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError("vendor-pin.txt is not valid UTF-8", path=PIN, line=raw[: exc.start].count(b"\n") + 1) from None
         return parse_pins(text, path=PIN)
 
     def read_patch(self, name: str, *, line: int | None = None) -> PatchFile:
