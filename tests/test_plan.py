@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gqueue.errors import FormatError, UsageError
-from gqueue.model.profile import Candidate, Profile, check_predicates, resolve
+from gqueue.model.profile import Candidate, Profile, check_predicates, parse_profile, resolve
 from gqueue.model.series import parse_series
 from gqueue.ops import plan as plan_op
 from gqueue.store import Store
@@ -172,3 +172,9 @@ def test_example_profiles_of_the_project_resolve() -> None:
         for policy in ("compat", "safe", "minimal"):
             result = plan_op.plan(store, name, policy)
             assert result.ok, (name, policy, result.errors)
+
+
+def test_profile_errors_speak_of_the_profile() -> None:
+    with pytest.raises(FormatError, match="^profile must be a YAML mapping$") as err:
+        parse_profile("# p\n- a\n", name="p", path="profiles/p.yaml")
+    assert (err.value.path, err.value.line) == ("profiles/p.yaml", 2)

@@ -69,7 +69,7 @@ def _str_list(raw: dict[str, Any], key: str, where: str, lines: dict[str, int]) 
 
 
 def parse_profile(text: str, *, name: str, path: str) -> Profile:
-    raw, lines = load_mapping(text, path=path)
+    raw, lines = load_mapping(text, path=path, what="profile")
     for key in raw:
         if key not in PROFILE_KEYS:
             raise FormatError(f"unknown profile key '{key}' (known: {', '.join(PROFILE_KEYS)})", path=path, line=lines.get(key))

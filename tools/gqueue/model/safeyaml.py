@@ -19,8 +19,11 @@ def _yaml() -> Any:
     return yaml
 
 
-def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str, Any], dict[str, int]]:
+def load_mapping(text: str, *, path: str, first_line: int = 1,
+                 what: str = "patch header") -> tuple[dict[str, Any], dict[str, int]]:
     """Load a YAML mapping; return it with the 1-based file line of each top-level key.
+
+    ``what`` names the document in messages ("patch header", "profile").
 
     One pass over the events checks the limits and finds the key lines; then one load.
     """
@@ -37,7 +40,7 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
         for event in yaml.parse(text, Loader=Loader):
             line = first_line + event.start_mark.line
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-                raise FormatError("YAML anchors and aliases are not allowed in a patch header", path=path, line=line)
+                raise FormatError(f"YAML anchors and aliases are not allowed in a {what}", path=path, line=line)
             if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 frames.pop()
                 continue
@@ -53,7 +56,7 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
                 if len(event.value) > MAX_SCALAR_CHARS:
                     raise FormatError(f"YAML scalar longer than {MAX_SCALAR_CHARS} characters", path=path, line=line)
                 if not frames:
-                    raise FormatError("patch header must be a YAML mapping", path=path, line=line)
+                    raise FormatError(f"{what} must be a YAML mapping", path=path, line=line)
                 if is_key:
                     tag = event.tag if event.tag not in (None, "!") else resolver.resolve(
                         yaml.ScalarNode, event.value, event.implicit)
@@ -72,7 +75,7 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
             if is_key and len(frames) == 1:
                 raise FormatError("header keys must be plain strings", path=path, line=line)
             if not frames and not isinstance(event, yaml.MappingStartEvent):
-                raise FormatError("patch header must be a YAML mapping", path=path, line=line)
+                raise FormatError(f"{what} must be a YAML mapping", path=path, line=line)
             frames.append([isinstance(event, yaml.MappingStartEvent), True, {}])
             if len(frames) > MAX_DEPTH:
                 raise FormatError(f"YAML header nested deeper than {MAX_DEPTH} levels", path=path, line=line)
@@ -82,7 +85,7 @@ def load_mapping(text: str, *, path: str, first_line: int = 1) -> tuple[dict[str
     if data is None:
         return {}, {}
     if not isinstance(data, dict):
-        raise FormatError("patch header must be a YAML mapping", path=path, line=first_line)
+        raise FormatError(f"{what} must be a YAML mapping", path=path, line=first_line)
     for key in data:
         if not isinstance(key, str):
             raise FormatError(f"header key {key!r} is not a string", path=path, line=first_line)
