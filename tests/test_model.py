@@ -209,3 +209,12 @@ def test_the_pin_file_is_read_as_written(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="not valid UTF-8") as err:
         store.read_pins()
     assert err.value.line == 2
+
+
+@pytest.mark.parametrize("extra", [b"+\n", b"-\n", b"+\r\n"])
+def test_an_empty_added_or_removed_line_past_the_counts_is_not_dropped(extra: bytes) -> None:
+    body = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n" + extra
+    with pytest.raises(FormatError, match="more hunk lines follow") as err:
+        parse_diff(body, path="queue/x.patch", first_line=10)
+    assert err.value.line == 16
+    parse_diff(body[: -len(extra)] + b"-- \n2.43.0\n")  # a mail signature still ends the diff

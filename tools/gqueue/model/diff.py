@@ -196,7 +196,9 @@ def _hunk_line_after_count(line: bytes) -> bool:
     """A context, added or removed line right after a hunk whose counts are used up."""
     if line.startswith((b"--- ", b"-- \n", b"-- \r\n")) or line in (b"--\n", b"-- "):
         return False  # the next file's header, or a mail signature
-    return line[:1] in (b" ", b"+", b"-") and len(line.rstrip(b"\r\n")) > 1
+    if line[:1] in (b"+", b"-"):
+        return True  # a lone '+' or '-' adds or removes an empty line
+    return line[:1] == b" " and len(line.rstrip(b"\r\n")) > 1
 
 
 def _mode(raw: bytes, path: str, line: int) -> str:
