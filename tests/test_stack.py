@@ -359,3 +359,12 @@ def test_delete_of_the_top_with_local_changes_names_delete(tmp_path: Path) -> No
     assert proc.returncode == 1 and "refusing to delete the applied top patch" in proc.stderr
     assert "add --force" not in proc.stderr  # delete has no --force
     assert q.run("series").stdout.split() == ["X1-a.patch"] and (q.work / "README.md").read_text() == "edited\n"
+
+
+def test_a_patch_name_that_leads_out_of_the_queue_is_a_usage_error(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    for args in (("header", "../vendor-pin.txt"), ("diff", "../series"), ("files", "/etc/passwd")):
+        proc = q.run(*args, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("error[usage]: '") and "leads out of queue/" in proc.stderr

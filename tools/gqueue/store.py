@@ -64,7 +64,7 @@ class Store:
 
     def patch_path(self, name: str) -> Path:
         if "/" in name and ".." in name.split("/") or name.startswith("/"):
-            raise FormatError(f"invalid patch name '{name}'", path=SERIES)
+            raise UsageError(f"'{name}' is not a patch name: it leads out of {QUEUE}/")
         return self.queue_dir / name
 
     # reading ---------------------------------------------------------------
