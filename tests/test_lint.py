@@ -237,3 +237,10 @@ def test_a_patch_that_requires_itself_is_an_error(tmp_path: Path) -> None:
     edit(q, "G2-next.patch", "requires: [G1]", "requires: [G1, G2]")
     found = [(f.path, f.line, f.rule, f.message) for f in lint(Store(q.root)).findings if f.rule.startswith("requires")]
     assert found == [("queue/G2-next.patch", 16, "requires-order", "requires itself ('G2')")]
+
+
+def test_a_finding_renders_control_characters_escaped(tmp_path: Path) -> None:
+    q = good_queue(tmp_path)
+    edit(q, "G1-good.patch", "tier: community\n", 'tier: community\n"col\\e[31mour": red\n')
+    rendered = [f.render() for f in lint(Store(q.root)).findings if f.rule == "header-unknown-key"]
+    assert rendered == ["queue/G1-good.patch:7: error[header-unknown-key]: unknown header key 'col\\x1b[31mour'"]

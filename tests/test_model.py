@@ -218,3 +218,10 @@ def test_an_empty_added_or_removed_line_past_the_counts_is_not_dropped(extra: by
         parse_diff(body, path="queue/x.patch", first_line=10)
     assert err.value.line == 16
     parse_diff(body[: -len(extra)] + b"-- \n2.43.0\n")  # a mail signature still ends the diff
+
+
+def test_an_error_about_control_characters_stays_one_inert_line() -> None:
+    with pytest.raises(FormatError) as err:
+        parse_series("ok.patch\n\x1b[2Jx.patch\n")
+    assert err.value.one_line() == "series:2: invalid patch name '\\x1b[2Jx.patch'"
+    assert FormatError("a\rb\u2028c\nd é", path="p", line=1).one_line() == "p:1: a\\rb\\u2028c d é"

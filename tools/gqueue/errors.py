@@ -13,6 +13,14 @@ class ExitCode(IntEnum):
     BUG = 4
 
 
+def one_line(text: str) -> str:
+    """``text`` as one terminal line: newlines become spaces, other control characters (a CR, an
+    escape sequence, U+2028 from a file the user wrote) are shown escaped instead of acted on."""
+    return "".join(
+        " " if ch == "\n" else ch if ch.isprintable() else repr(ch)[1:-1] for ch in text
+    )
+
+
 class GqueueError(Exception):
     """Base class: carries an exit code, a short kebab-case reference and a hint."""
 
@@ -44,8 +52,7 @@ class GqueueError(Exception):
 
     def one_line(self) -> str:
         loc = self.location
-        text = f"{loc}: {self.message}" if loc else self.message
-        return " ".join(text.split("\n"))
+        return one_line(f"{loc}: {self.message}" if loc else self.message)
 
     def to_json(self) -> dict[str, object]:
         return {

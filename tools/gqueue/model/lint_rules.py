@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..errors import FormatError
+from ..errors import FormatError, one_line
 from .diff import FileDiff, byte_lines, parse_diff
 from .series import Series, SeriesEntry
 from .meta import (
@@ -82,7 +82,7 @@ class Finding:
             object.__setattr__(self, "severity", RULES[self.rule][0])
 
     def render(self) -> str:
-        return f"{self.path}:{self.line}: {self.severity}[{self.rule}]: {self.message}"
+        return one_line(f"{self.path}:{self.line}: {self.severity}[{self.rule}]: {self.message}")
 
     def to_json(self) -> dict[str, object]:
         return {"path": self.path, "line": self.line, "rule": self.rule, "severity": self.severity, "message": self.message}
