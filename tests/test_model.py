@@ -225,3 +225,9 @@ def test_an_error_about_control_characters_stays_one_inert_line() -> None:
         parse_series("ok.patch\n\x1b[2Jx.patch\n")
     assert err.value.one_line() == "series:2: invalid patch name '\\x1b[2Jx.patch'"
     assert FormatError("a\rb\u2028c\nd é", path="p", line=1).one_line() == "p:1: a\\rb\\u2028c d é"
+
+
+def test_a_closing_line_with_trailing_whitespace_is_named_on_its_line() -> None:
+    with pytest.raises(FormatError, match="exactly '...'") as err:
+        parse_patch(b"---\nid: P1\ntitle: t\n... \ndiff --git a/f b/f\n", name="x.patch")
+    assert err.value.line == 4

@@ -60,10 +60,7 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
     check_opening(data, path=where)
     header, body = split_header(data)
     if data.startswith(HEADER_START) and not header:
-        if data.endswith(b"\n..."):
-            raise FormatError("the header's closing '...' line lacks its newline at the end of the file",
-                              path=where, line=data.count(b"\n") + 1)
-        raise FormatError("patch header opened with '---' is never closed with '...'", path=where, line=1)
+        raise unclosed_header(data, path=where)
     if not header:
         if require_header:
             raise FormatError("patch has no gqueue header (a YAML block between '---' and '...')", path=where, line=1)
@@ -76,6 +73,18 @@ def parse_patch(data: bytes, *, name: str, path: str | None = None, require_head
     meta = PatchMeta(raw, lines)
     check_meta(meta, path=where, first_line=1)
     return PatchFile(name, header, body, meta)
+
+
+def unclosed_header(data: bytes, *, path: str) -> FormatError:
+    """The error for a header opened with '---' and no line '...' after it: a near miss, or none."""
+    if data.endswith(b"\n..."):
+        return FormatError("the header's closing '...' line lacks its newline at the end of the file",
+                           path=path, line=data.count(b"\n") + 1)
+    for number, line in enumerate(data.split(b"\n")[1:], start=2):
+        if line.rstrip() == b"..." and line != b"...":
+            return FormatError("the header's closing line must be exactly '...' (it has trailing whitespace)",
+                               path=path, line=number)
+    return FormatError("patch header opened with '---' is never closed with '...'", path=path, line=1)
 
 
 def check_opening(data: bytes, *, path: str) -> None:

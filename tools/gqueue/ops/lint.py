@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, GqueueError
 from ..model.lint_rules import ERROR, RULES, WARNING, Finding, HeaderView, check_patch, check_queue
-from ..model.patch import HEADER_START, check_opening, header_text, split_header
+from ..model.patch import HEADER_START, check_opening, header_text, split_header, unclosed_header
 from ..model.safeyaml import load_mapping
 from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
@@ -70,11 +70,9 @@ def read_view(name: str, data: bytes) -> tuple[HeaderView, list[Finding]]:
     except FormatError as exc:
         return broken(exc.message, 1)
     if not header:
-        if data.startswith(HEADER_START) and data.endswith(b"\n..."):
-            return broken("the header's closing '...' line lacks its newline at the end of the file",
-                          data.count(b"\n") + 1)
         if data.startswith(HEADER_START):
-            return broken("the header opened with '---' is never closed with '...'", 1)
+            error = unclosed_header(data, path=path)
+            return broken(error.message, error.line or 1)
         return broken("no gqueue header (a YAML block between '---' and '...')", 1)
     try:
         text = header_text(header, path=path)
