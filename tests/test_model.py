@@ -231,3 +231,10 @@ def test_a_closing_line_with_trailing_whitespace_is_named_on_its_line() -> None:
     with pytest.raises(FormatError, match="exactly '...'") as err:
         parse_patch(b"---\nid: P1\ntitle: t\n... \ndiff --git a/f b/f\n", name="x.patch")
     assert err.value.line == 4
+
+
+def test_hunks_of_a_git_header_without_its_file_lines_are_not_dropped() -> None:
+    body = b"diff --git a/f b/f\nindex 1111111..2222222 100644\n@@ -1 +1 @@\n-a\n+b\n"
+    with pytest.raises(FormatError, match="without the '---' and '[+][+][+]' lines") as err:
+        parse_diff(body, path="queue/x.patch", first_line=10)
+    assert err.value.line == 12

@@ -147,6 +147,8 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                 else:
                     break
                 i += 1
+            if i < n and lines[i].startswith(b"@@ ") and not (meta.get("binary") or meta.get("rename")):
+                raise FormatError("hunk without the '---' and '+++' lines of its file", path=path, line=lineno(i))
             if meta.get("binary") or meta.get("rename") or i >= n or not lines[i].startswith(b"--- "):
                 names = line[11:].rstrip(b"\r\n")
                 git_names = names.split(b" b/", 1)
