@@ -238,3 +238,11 @@ def test_hunks_of_a_git_header_without_its_file_lines_are_not_dropped() -> None:
     with pytest.raises(FormatError, match="without the '---' and '[+][+][+]' lines") as err:
         parse_diff(body, path="queue/x.patch", first_line=10)
     assert err.value.line == 12
+
+
+@pytest.mark.parametrize("between", [b"\n", b"# note\n"])
+def test_a_hunk_after_a_line_that_ends_the_file_is_not_dropped(between: bytes) -> None:
+    body = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n" + between + b"@@ -5 +5 @@\n-c\n+d\n"
+    with pytest.raises(FormatError, match="hunk header outside any file") as err:
+        parse_diff(body, path="queue/x.patch", first_line=10)
+    assert err.value.line == 16

@@ -112,6 +112,9 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
     while i < n:
         line = lines[i]
         if not (line.startswith(b"diff --git ") or line.startswith(b"--- ")):
+            if files and _HUNK.match(line):
+                raise FormatError("hunk header outside any file: a line that is no hunk line (a blank one?) "
+                                  "comes between it and the hunks before it", path=path, line=lineno(i))
             i += 1
             continue
         start = i
