@@ -11,7 +11,7 @@ import pytest
 from synth import BASE_FILES, make_queue, unified
 
 from gqueue.errors import FormatError
-from gqueue.headercache import HeaderCache
+from gqueue.headercache import LOADER_VERSION, HeaderCache
 from gqueue.model.safeyaml import load_mapping
 from gqueue.store import Store
 
@@ -88,3 +88,13 @@ def test_an_entry_saved_before_the_loader_refused_duplicate_keys_does_not_answer
     path.write_text(json.dumps({old_key: json.dumps([{"id": "P1", "title": "two"}, {"id": 2, "title": 3}])}))
     with pytest.raises(FormatError, match="duplicate key 'title'"):
         HeaderCache(path).load(load_mapping, text, path="queue/p", first_line=2)
+
+
+def test_an_odd_entry_is_parsed_again(tmp_path: Path) -> None:
+    text = "id: P1\ntitle: one\n"
+    key = f"{LOADER_VERSION}:2:" + hashlib.sha1(text.encode()).hexdigest()
+    for odd in ("5", "null", "[1, 2, 3]", "{"):
+        path = tmp_path / "headers.json"
+        path.write_text(json.dumps({key: odd}))
+        assert HeaderCache(path).load(load_mapping, text, path="queue/p", first_line=2) == load_mapping(
+            text, path="queue/p", first_line=2)

@@ -52,7 +52,7 @@ class HeaderCache:
                 data, lines = json.loads(cached)
                 if isinstance(data, dict) and isinstance(lines, dict):
                     return data, lines
-            except ValueError:
+            except (ValueError, TypeError):  # not JSON, or not a pair
                 pass
         data, lines = load_mapping(text, path=path, first_line=first_line)
         try:
