@@ -246,3 +246,11 @@ def test_a_hunk_after_a_line_that_ends_the_file_is_not_dropped(between: bytes) -
     with pytest.raises(FormatError, match="hunk header outside any file") as err:
         parse_diff(body, path="queue/x.patch", first_line=10)
     assert err.value.line == 16
+
+
+@pytest.mark.parametrize("name", ["../../x.whl", "/etc/passwd", "", "vllm.tar.gz"])
+def test_a_wheel_file_that_is_no_wheel_file_name_is_refused(name: str) -> None:
+    with pytest.raises(FormatError, match="'wheel-file' must be a wheel's file name") as err:
+        parse_pins(f"# pins\npin vllm==0.24.0 wheel-file={name}\n")
+    assert err.value.line == 2
+    parse_pins("pin vllm==0.24.0 wheel-file=vllm-0.24.0+cu128-cp38-abi3-manylinux_2_28_x86_64.whl\n")

@@ -173,6 +173,8 @@ def parse_pins(text: str, *, path: str = "vendor-pin.txt") -> PinFile:
                 raise FormatError(f"pin option '{key}' is given twice", path=path, line=number)
             if key in ("sdist", "wheel") and not (value.startswith("sha256:") and _HEX.match(value[7:])):
                 raise FormatError(f"'{key}' must be sha256:<64 hex digits>", path=path, line=number)
+            if key == "wheel-file" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", value):
+                raise FormatError(f"'wheel-file' must be a wheel's file name, not '{value}'", path=path, line=number)
             options[key] = value
         project, version, url = parse_source(source, path=path, line=number)
         fragment, option = _url_hash(url), _hash_of(options.get("sdist"))
