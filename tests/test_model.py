@@ -254,3 +254,11 @@ def test_a_wheel_file_that_is_no_wheel_file_name_is_refused(name: str) -> None:
         parse_pins(f"# pins\npin vllm==0.24.0 wheel-file={name}\n")
     assert err.value.line == 2
     parse_pins("pin vllm==0.24.0 wheel-file=vllm-0.24.0+cu128-cp38-abi3-manylinux_2_28_x86_64.whl\n")
+
+
+@pytest.mark.parametrize("name", ["./a.patch", "d/./a.patch", "d//a.patch", "d/", "."])
+def test_a_series_name_has_one_spelling(name: str) -> None:
+    # './a.patch' is the file 'a.patch' under a second name: twice in the series unnoticed
+    with pytest.raises(FormatError, match="invalid patch name") as err:
+        parse_series(f"a.patch\n{name}\n")
+    assert err.value.line == 2

@@ -127,7 +127,7 @@ def parse_series(text: str, *, path: str = "series") -> Series:
         guards = tuple(sign + name for sign, name in _GUARD.findall("#" + comment)) if comment else ()
         words = body.split()
         name = words[0]
-        if not _NAME_OK.match(name) or ".." in name.split("/"):
+        if not _NAME_OK.match(name) or {"", ".", ".."} & set(name.split("/")):  # one spelling a file
             raise FormatError(f"invalid patch name '{name}'", path=path, line=number)
         strip = 1
         for word in words[1:]:
