@@ -262,3 +262,10 @@ def test_a_series_name_has_one_spelling(name: str) -> None:
     with pytest.raises(FormatError, match="invalid patch name") as err:
         parse_series(f"a.patch\n{name}\n")
     assert err.value.line == 2
+
+
+def test_a_second_strip_option_is_refused() -> None:
+    with pytest.raises(FormatError, match="'-p0' after another -p option") as err:
+        parse_series("a.patch\nb.patch -p1 -p0\n")
+    assert err.value.line == 2
+    assert [e.strip for e in parse_series("a.patch -p0\nb.patch\n").entries] == [0, 1]

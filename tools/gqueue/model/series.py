@@ -129,9 +129,11 @@ def parse_series(text: str, *, path: str = "series") -> Series:
         name = words[0]
         if not _NAME_OK.match(name) or {"", ".", ".."} & set(name.split("/")):  # one spelling a file
             raise FormatError(f"invalid patch name '{name}'", path=path, line=number)
-        strip = 1
+        strip = None
         for word in words[1:]:
-            if re.fullmatch(r"-p\d+", word):
+            if re.fullmatch(r"-p[0-9]+", word):
+                if strip is not None:
+                    raise FormatError(f"'{word}' after another -p option", path=path, line=number)
                 strip = int(word[2:])
             elif word == "-R":
                 raise FormatError("reversed patches (-R) are not supported", path=path, line=number)
@@ -142,7 +144,7 @@ def parse_series(text: str, *, path: str = "series") -> Series:
                 f"'{name}' is named twice in the series (first on line {seen[name]})", path=path, line=number
             )
         seen[name] = number
-        entries.append(SeriesEntry(name, number, strip, guards, comment.strip()))
+        entries.append(SeriesEntry(name, number, 1 if strip is None else strip, guards, comment.strip()))
     return Series(lines, tuple(entries), tuple(parked), path)
 
 
