@@ -269,3 +269,12 @@ def test_a_second_strip_option_is_refused() -> None:
         parse_series("a.patch\nb.patch -p1 -p0\n")
     assert err.value.line == 2
     assert [e.strip for e in parse_series("a.patch -p0\nb.patch\n").entries] == [0, 1]
+
+
+def test_a_patch_file_cut_inside_its_last_hunk_line_is_refused() -> None:
+    # git apply: "corrupt patch"; the target file silently lost its final newline
+    with pytest.raises(FormatError, match="ends inside a hunk line") as err:
+        parse_diff(b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n-a\n+b", path="queue/x.patch", first_line=10)
+    assert err.value.line == 15
+    fd = parse_diff(b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n-a\n+b\n\\ No newline at end of file")[0]
+    assert apply_hunks(b"x\na\n", fd).new == b"x\nb"

@@ -247,6 +247,9 @@ def _parse_hunk(lines: list[bytes], i: int, *, path: str, first_line: int) -> tu
                 f"hunk line counts lie: expected {old_len} old and {new_len} new lines, found {old_seen} and {new_seen}",
                 path=path, line=first_line + i,
             )
+        if not raw.endswith(b"\n"):
+            raise FormatError("the patch file ends inside a hunk line (its newline is missing; a line without "
+                              "one is marked '\\ No newline at end of file')", path=path, line=first_line + i)
         body.append((tag, raw[1:]))
         if tag in (b" ", b"-"):
             old_seen += 1
