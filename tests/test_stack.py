@@ -368,3 +368,18 @@ def test_a_patch_name_that_leads_out_of_the_queue_is_a_usage_error(tmp_path: Pat
         proc = q.run(*args, check=False)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("error[usage]: '") and "leads out of queue/" in proc.stderr
+
+
+def test_header_edit_refuses_a_closing_line_inside_and_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    q.write_patch("P1-a.patch", "")
+    q.set_series("P1-a.patch")
+    before = (q.root / "queue/P1-a.patch").read_bytes()
+    editor = tmp_path / "editor.py"
+    for content, line, message in ((b"id: P1\ntitle: t\n...\nnotes: n\n", 4, "a line '...'"),
+                                   (b"id: P1\ntitle: \xff\n", 2, "not valid UTF-8")):
+        editor.write_text(f"import sys\nopen(sys.argv[1], 'wb').write({content!r})\n")
+        proc = q.run("header", "--edit", "P1-a.patch", check=False, env={"GQUEUE_EDITOR": f"python3 {editor}"})
+        assert proc.returncode == 1 and message in proc.stderr and f":{line}: " in proc.stderr, proc.stderr
+        assert (q.root / "queue/P1-a.patch").read_bytes() == before

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..errors import ExitCode, StateError, UsageError
+from ..errors import ExitCode, FormatError, StateError, UsageError
 from ..model.policies import POLICIES
 from ..ops import stackops
 from ..ops.workspace import Workspace
@@ -284,7 +284,12 @@ def _edit_text(text: str, ws: Workspace) -> str:
     try:
         if subprocess.call(f'{editor} "{path}"', shell=True) != 0:
             raise UsageError("the editor failed; the header is unchanged")
-        edited = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        try:
+            edited = raw.decode("utf-8").replace("\r\n", "\n")
+        except UnicodeDecodeError as exc:
+            raise FormatError("the edited header is not valid UTF-8; the header is unchanged",
+                              path=".gqueue/saved/last-header-edit.yaml", line=raw[: exc.start].count(b"\n") + 1) from None
     finally:
         saved = ws.state_dir / "saved" / "last-header-edit.yaml"
         saved.parent.mkdir(parents=True, exist_ok=True)
