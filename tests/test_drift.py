@@ -375,3 +375,12 @@ def test_hunks_anchored_at_the_ends_of_the_file() -> None:
     assert apply_hunks(b"0\n" + text, head).new is None  # not a second 0 before a
     middle = parse_diff(diff("x.py", text.decode(), text.decode().replace("d\n", "D\n")).encode())[0]
     assert apply_hunks(b"z\n" + text, middle).new == b"z\n" + text.replace(b"d\n", b"D\n")  # offset as before
+
+
+def test_check_without_lint_reads_headers_as_push_does(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    q.write_patch("P1-a.patch", "", extra="requires: P0\nrequires: []\n")
+    q.set_series("P1-a.patch")
+    proc = q.run("check", "--no-lint", check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "queue/P1-a.patch:5: duplicate key 'requires' (first on line 4)" in proc.stderr

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import time
 
-import yaml
 from ..errors import UsageError
 from ..model import drift as d
-from ..model.meta import PatchMeta
-from ..model.patch import HEADER_END, HEADER_START, PatchFile, split_header
+from ..model.patch import PatchFile
 from ..model.pin import Pin, parse_source
 from ..model.series import SeriesEntry
 from ..upstream.resolve import record_hashes
@@ -54,30 +52,16 @@ def pin_commit(ws: Workspace, pin: Pin) -> str:
 
 
 def read_patch_quick(ws: Workspace, entry: SeriesEntry) -> PatchFile:
-    """A patch for check/rebase: the header is loaded with libyaml when it can be (check and
-    rebase only need id and requires; lint validates); anything odd takes the full parser,
-    which reports it properly."""
-    loader = getattr(yaml, "CSafeLoader", None)
-    path = ws.store.patch_path(entry.name)
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ws.store.read_patch(entry.name, line=entry.line)
-    header, body = split_header(data)
-    if loader is None or not header or b"\r" in header:
-        return ws.store.read_patch(entry.name, line=entry.line)
-    try:
-        raw = yaml.load(header[len(HEADER_START) : -len(HEADER_END)].decode("utf-8"), Loader=loader)
-    except (yaml.YAMLError, UnicodeDecodeError):
-        raw = None
-    if not isinstance(raw, dict) or not raw.get("id") or not all(isinstance(k, str) for k in raw):
-        return ws.store.read_patch(entry.name, line=entry.line)
-    return PatchFile(entry.name, header, body, PatchMeta(raw, {}))
+    """A patch for check/rebase, read as push reads it (the header cache keeps this cheap): a
+    bare libyaml load took duplicate keys, aliases and wrongly typed values that push refuses."""
+    return ws.store.read_patch(entry.name, line=entry.line)
 
 
 def load_series(ws: Workspace) -> list[tuple[SeriesEntry, PatchFile]]:
     series = ws.store.read_series()
-    return [(e, read_patch_quick(ws, e)) for e in series.entries]
+    patches = [(e, read_patch_quick(ws, e)) for e in series.entries]
+    ws.store.headers.save()
+    return patches
 
 
 def touched_paths(patches: list[tuple[SeriesEntry, PatchFile]]) -> set[str]:
