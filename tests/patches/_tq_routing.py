@@ -8,7 +8,8 @@ wrapped to record each launch, then call the real kernels.
 Modes: ``decode`` (three one-token requests), ``verify`` (3, 6 and 1 new tokens) and
 ``uniform`` (4 new tokens each, a FULL-graph spec-verify batch; run twice, the second
 time with shorter contexts, to compare the launches). A ``turboquant_*`` option picks the
-cache preset (default k8v4); ``err_dequant_*`` compare with float64 over the cache as
+cache preset (default k8v4); ``kv_shared`` builds the layer as one that reads another layer's
+cache (KV sharing), so its tail must come from the cache; ``err_dequant_*`` compare with float64 over the cache as
 stored (the layer's rotation and centroids), with the tail from the cache or the raw K/V. ``strict`` replaces the
 metadata's CPU copies with an object that fails when read, and records host reads of
 tensors (tolist, item, bool, int, float) made by forward() outside the kernel launchers.
@@ -94,9 +95,14 @@ Hq, Hk, D, bs = 6, 2, 32, 16  # GQA 6
 config = VllmConfig(device_config=DeviceConfig(device="cpu"))
 # 0.24.0's own decode kernel's fixed split count; P67b must not apply it to its launches
 config.attention_config.tq_max_kv_splits_for_cuda_graph = 1
+# kv_shared: a layer that reads an earlier layer's cache (vLLM's KV sharing, e.g. Gemma 4's
+# last layers): it stores nothing, and the key/value it is handed are its own projections
+# (not normed or rotated), not what the cache holds
+KV_SHARED = "kv_shared" in sys.argv[2:]
 with set_current_vllm_config(config):
     impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
-                                   num_kv_heads=Hk, kv_cache_dtype=PRESET)
+                                   num_kv_heads=Hk, kv_cache_dtype=PRESET,
+                                   kv_sharing_target_layer_name="model.layers.0.attn" if KV_SHARED else None)
 
 g = torch.Generator().manual_seed(0)
 seqs = [21, 40, 9]

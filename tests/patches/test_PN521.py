@@ -41,3 +41,18 @@ def test_fixed_mse_preset_verify_tail_from_raw_kv(switch):
     assert not res["nan"]
     assert res["err_dequant_raw_tail"] < 1e-2
     assert res["err_dequant_cache_tail"] > 0.3
+
+
+def test_kv_shared_layer_tail_from_cache(switch):
+    """A layer that reads an earlier layer's cache (KV sharing, as in Gemma 4) is handed
+    its own key/value projections, which are not what the cache holds: with PN521 on, its
+    tail still comes from the cache, through P67's route and through P67b's."""
+    switch("P67", True)
+    switch("PN521", True)
+    res = run("verify", "kv_shared")
+    assert res["calls"]["genesis_verify"] == [{"tokens": 10, "raw_tail": False}]
+    assert res["err_cache_tail"] < 0.1
+    switch("P67b", True)
+    res = run("uniform", "kv_shared")
+    assert res["calls"]["genesis_verify"] == [{"tokens": 12, "raw_tail": False}] * 2
+    assert res["err_cache_tail"] < 0.1
