@@ -31,7 +31,7 @@ from vllm.v1.attention.backends.turboquant_attn import (
     TurboQuantAttentionBackend, TurboQuantAttentionImpl, TurboQuantMetadata)
 from vllm.v1.worker import workspace
 
-MODE, SPEC = sys.argv[1], int(sys.argv[2])  # on | fail, speculative tokens (0: none)
+MODE, SPEC = sys.argv[1], int(sys.argv[2])  # on | fail | shared, speculative tokens (0: none)
 torch.accelerator.empty_cache = lambda: None
 workspace.init_workspace_manager(torch.device("cpu"))
 
@@ -89,6 +89,9 @@ ctx["l3"] = tq_layer(4, 1, 64, "turboquant_4bit_nc", 32)
 ctx["l4"] = tq_layer(4, 1, 96, "turboquant_k8v4", 16)  # head size the kernels skip
 ctx["l5"] = tq_layer(4, 1, 64, "turboquant_k8v4", 16, bound=False)  # no cache bound
 ctx["l6"] = SimpleNamespace(impl=object(), kv_cache=torch.zeros(3, 16, 1, 64), dtype=torch.bfloat16)
+if MODE == "shared":  # l0's shape, reading l0's cache (KV sharing)
+    ctx["l7"] = tq_layer(6, 2, 32, "turboquant_k8v4", 16)
+    ctx["l7"].kv_sharing_target_layer_name = "l0"
 
 worker = SimpleNamespace(
     vllm_config=config, scheduler_config=config.scheduler_config,
@@ -186,6 +189,22 @@ def test_fixed_raw_tail_variant_with_pn521_and_no_drafter(switch):
     first = res["first"]
     assert len(first) == 3
     assert all(c["raw_tail"] is True and c["query_lens"] == list(range(1, 9)) for c in first)
+
+
+def test_fixed_kv_shared_layer_warms_the_cache_tail_variant(switch):
+    """A layer that reads another layer's cache takes its verify tail from the cache even
+    with PN521 on, so its shape is warmed for that variant too."""
+    switch("P67", True)
+    switch("PN521", True)
+    switch("PN522", True)
+    res = run("shared", 3)
+    ks = [2, 3, 4]
+    assert res["first"] == [
+        shape(6, 2, 32, 16, K8V4, "torch.bfloat16", ks, True, res),
+        shape(6, 2, 32, 16, K8V4, "torch.float16", ks, True, res),
+        shape(4, 1, 64, 32, MSE4, "torch.bfloat16", ks, True, res),
+        shape(6, 2, 32, 16, K8V4, "torch.bfloat16", ks, False, res),
+    ]
 
 
 def test_fixed_failing_warmup_logged_once_forward_unharmed(switch):
