@@ -9,7 +9,8 @@ Modes: ``decode`` (three one-token requests), ``verify`` (3, 6 and 1 new tokens)
 ``uniform`` (4 new tokens each, a FULL-graph spec-verify batch; run twice, the second
 time with shorter contexts, to compare the launches). A ``turboquant_*`` option picks the
 cache preset (default k8v4); ``kv_shared`` builds the layer as one that reads another layer's
-cache (KV sharing), so its tail must come from the cache; ``err_dequant_*`` compare with float64 over the cache as
+cache (KV sharing), so its tail must come from the cache; ``d512`` a head size of 512;
+``err_dequant_*`` compare with float64 over the cache as
 stored (the layer's rotation and centroids), with the tail from the cache or the raw K/V. ``strict`` replaces the
 metadata's CPU copies with an object that fails when read, and records host reads of
 tensors (tolist, item, bool, int, float) made by forward() outside the kernel launchers.
@@ -91,7 +92,8 @@ if hasattr(tqa, "genesis_tq_verify"):
 MODE = sys.argv[1]  # decode | verify | uniform
 STRICT = "strict" in sys.argv[2:]
 PRESET = next((a for a in sys.argv[2:] if a.startswith("turboquant_")), "turboquant_k8v4")
-Hq, Hk, D, bs = 6, 2, 32, 16  # GQA 6
+# d512: head size 512 (Gemma 4's global layers), GQA 2; else head size 32, GQA 6
+Hq, Hk, D, bs = (2, 1, 512, 16) if "d512" in sys.argv[2:] else (6, 2, 32, 16)
 config = VllmConfig(device_config=DeviceConfig(device="cpu"))
 # 0.24.0's own decode kernel's fixed split count; P67b must not apply it to its launches
 config.attention_config.tq_max_kv_splits_for_cuda_graph = 1

@@ -46,3 +46,14 @@ def test_off_decode_mse_preset_matches_the_same_reference(switch):
     res = run("decode", "turboquant_4bit_nc")
     assert res["calls"]["upstream"] == [3]
     assert res["err_dequant_cache_tail"] < 1e-2  # 0.24.0's kernel agrees with the reference
+
+
+def test_head_size_512_keeps_the_upstream_kernel(switch):
+    """Head sizes above 256 are not routed: the kernels are tested at 64 to 256 only, and at
+    512 the 3-bit plan for few (sequence, KV head) pairs needs 151,552 bytes of shared memory
+    a program (sm_86 build), more than an sm_86 or sm_89 GPU gives one (101,376)."""
+    switch("P40", True)
+    res = run("decode", "d512", "turboquant_3bit_nc")
+    assert res["calls"]["genesis_decode"] == []
+    assert res["calls"]["upstream"] == [3]
+    assert res["err_dequant_cache_tail"] < 1e-2

@@ -39,3 +39,14 @@ def test_fixed_mse_preset_verify_batch_in_one_launch(switch):
     assert res["calls"]["upstream"] == []
     assert not res["nan"]
     assert res["err_dequant_cache_tail"] < 1e-2
+
+
+def test_head_size_512_keeps_the_per_request_loop(switch):
+    """Head sizes above 256 keep 0.24.0's path (see test_P40.py), in _prefill_attention and
+    in forward() alike."""
+    switch("P67", True)
+    switch("P67b", True)
+    res = run("verify", "d512", "turboquant_3bit_nc")
+    assert res["calls"]["genesis_verify"] == []
+    assert res["calls"]["upstream"] == [3, 6, 1]
+    assert res["err_dequant_cache_tail"] < 1e-2
