@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from synth import BASE_FILES, make_queue, unified
+from synth import BASE_FILES, Queue, make_queue, unified
 
 
 def _edit(text: str, old: str, new: str) -> str:
     assert old in text
     return text.replace(old, new, 1)
+
+
+def _two_patch_queue(tmp_path: Path) -> Queue:
+    """A checked-out queue of A1-a and A2-b, two edits of vllm/util.py; nothing pushed."""
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
+    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
+    q.set_series("A1-a.patch", "A2-b.patch")
+    q.run("checkout")
+    return q
 
 
 def test_checkout_push_pop_round_trip(tmp_path: Path) -> None:
@@ -184,12 +195,7 @@ def test_pop_force_saves_binary_changes_restorably(tmp_path: Path) -> None:
 
 
 def test_rename_of_an_applied_patch_refuses_when_a_patch_above_no_longer_applies(tmp_path: Path) -> None:
-    q = make_queue(tmp_path)
-    util = BASE_FILES["vllm/util.py"]
-    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
-    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
-    q.set_series("A1-a.patch", "A2-b.patch")
-    q.run("checkout")
+    q = _two_patch_queue(tmp_path)
     q.run("push", "--all")
     above = q.root / "queue/A2-b.patch"
     above.write_text(above.read_text().replace("-    return x + 30\n", "-    return x + 31\n"))
@@ -202,12 +208,7 @@ def test_rename_of_an_applied_patch_refuses_when_a_patch_above_no_longer_applies
 
 
 def test_push_refusing_local_changes_does_not_offer_its_own_force(tmp_path: Path) -> None:
-    q = make_queue(tmp_path)
-    util = BASE_FILES["vllm/util.py"]
-    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
-    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
-    q.set_series("A1-a.patch", "A2-b.patch")
-    q.run("checkout")
+    q = _two_patch_queue(tmp_path)
     q.run("push")
     (q.work / "README.md").write_text("edited\n")
     proc = q.run("push", check=False)
@@ -253,12 +254,7 @@ def test_pop_of_a_forced_push_takes_its_rejects_along(tmp_path: Path) -> None:
 
 
 def test_push_and_pop_refuse_a_count_below_one(tmp_path: Path) -> None:
-    q = make_queue(tmp_path)
-    util = BASE_FILES["vllm/util.py"]
-    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
-    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
-    q.set_series("A1-a.patch", "A2-b.patch")
-    q.run("checkout")
+    q = _two_patch_queue(tmp_path)
     for args in (("push", "-n", "-1"), ("push", "-n", "0")):
         proc = q.run(*args, check=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
@@ -295,12 +291,7 @@ def test_refresh_refuses_a_file_name_git_quotes(tmp_path: Path) -> None:
 
 
 def test_new_refuses_an_id_the_series_already_has(tmp_path: Path) -> None:
-    q = make_queue(tmp_path)
-    util = BASE_FILES["vllm/util.py"]
-    q.write_patch("A1-a.patch", unified("vllm/util.py", util, _edit(util, "return x + 7\n", "return x + 70\n")))
-    q.write_patch("A2-b.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")))
-    q.set_series("A1-a.patch", "A2-b.patch")
-    q.run("checkout")
+    q = _two_patch_queue(tmp_path)
     q.run("push")
     for args in (("new", "A1-followup.patch"), ("new", "Z9-x.patch", "--id", "A2")):
         proc = q.run(*args, check=False)
