@@ -111,6 +111,24 @@ def test_rebase_skip_parks_the_patch(tmp_path: Path) -> None:
     assert q.run("applied").stdout.split() == ["A1-clean.patch", "M1-drift.patch"]
 
 
+def test_skip_saves_a_resolution_begun_in_work(tmp_path: Path) -> None:
+    """--skip drops the stopped patch's commit and what was begun in work/ to fix it: the
+    begun work is saved under .gqueue/saved/ first."""
+    q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    resolved = (q.work / "vllm/conflict.py").read_text().replace("<<<<<<< ", "RESOLVED ")
+    (q.work / "vllm/conflict.py").write_text(resolved)
+    (q.work / "vllm/notes.txt").write_text("a new file begun for the fix\n")
+    proc = q.run("rebase", "--skip")
+    assert ".gqueue/saved/" in proc.stderr
+    saved = list((q.root / ".gqueue/saved").glob("*rebase-skip*.diff"))
+    assert len(saved) == 1
+    body = saved[0].read_text()
+    assert "+RESOLVED " in body and "+a new file begun for the fix" in body
+    assert "RESOLVED " not in (q.work / "vllm/conflict.py").read_text()
+
+
 def test_rebase_refuses_dirty_tree_and_bad_usage(tmp_path: Path) -> None:
     q = build_queue(tmp_path, ["A1-clean.patch"])
     q.run("push", "--all")

@@ -32,7 +32,7 @@ from .drift import pin_commit, read_patch_quick, resolve_pin, touched_paths
 from .drift_engine import PatchRun, SeriesRun
 from .engine import file_diffs
 from .stackops import PENDING, check_stack_matches, commit_author, commit_message, require_clean, require_refreshed
-from .transaction import move
+from .transaction import move, save_local_changes
 from .workspace import Workspace
 
 STATE = "rebase"
@@ -163,6 +163,7 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
     tally = _tally(state)
     if skip:
         _remove_written(ws, state)
+        save_local_changes(ws, "rebase-skip")  # a resolution begun in work/ is dropped with the patch
         below = stack.commit_below(len(stack.applied) - 1)
         move(ws, stack.head, below, op="rebase-skip", force=True)
         ws.needs_refresh_path.unlink(missing_ok=True)
