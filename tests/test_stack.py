@@ -86,9 +86,12 @@ def test_pop_refuses_unrefreshed_changes_and_force_saves_them(tmp_path: Path) ->
     proc = q.run("pop", check=False)
     assert proc.returncode == 1 and "README.md" in proc.stderr
     assert (q.work / "README.md").read_text() == "edited\n"
+    (q.work / "vllm/begun.py").write_text("BEGUN = 1\n")  # a new file: saved and removed too
     q.run("pop", "--force")
     saved = list((q.root / ".gqueue/saved").glob("*.diff"))
-    assert len(saved) == 1 and b"+edited" in saved[0].read_bytes()
+    assert len(saved) == 1 and b"+edited" in saved[0].read_bytes() and b"+BEGUN = 1" in saved[0].read_bytes()
+    assert not (q.work / "vllm/begun.py").exists()
+    q.run("push")  # nothing left in work/ for it to refuse
 
 
 def test_wrong_sha256_refused_and_nothing_created(tmp_path: Path) -> None:

@@ -289,6 +289,8 @@ def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, forc
         require_clean(ws, "pop")
     new = stack.commit_below(keep)
     move(ws, stack.head, new, op="pop", force=force, clean=not force)
+    if saved is not None:  # new files are in the saved diff too: the next push would refuse them
+        ws.repo.remove_untracked()
     popped = names[keep:]
     forced_popped = ws.needs_refresh_path.exists() and ws.needs_refresh_path.read_text().strip() in popped
     if forced_popped:

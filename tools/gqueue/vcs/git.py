@@ -369,6 +369,10 @@ class WorkRepo:
     def checkout_fresh(self, commit: str) -> None:
         self.run("read-tree", "--reset", "-u", commit)
 
+    def remove_untracked(self) -> None:
+        """Delete the files git does not track and does not ignore (ignored ones stay)."""
+        self.run("clean", "-f", "-d", "-q", "--", ".")
+
     def settle_index(self) -> None:
         """Rewrite the index once the clock has passed the second its files were written in.
 
