@@ -88,6 +88,33 @@ def test_export_mbox_is_accepted_by_git_am_and_quilt_dir_round_trips(tmp_path: P
     assert (out / "P15-none.patch").read_bytes() == (q.root / "queue/P15-none.patch").read_bytes()
 
 
+def test_export_mbox_writes_p0_and_p2_entries_for_git_am(tmp_path: Path) -> None:
+    """git am applies -p1: entries the series applies with -p0 or -p2 are exported with a/ b/ names."""
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    p0 = unified("vllm/util.py", util, util.replace("return x + 3\n", "return x + 33\n"))
+    p0 = p0.replace("a/vllm/util.py", "vllm/util.py").replace("b/vllm/util.py", "vllm/util.py")
+    p2 = unified("vllm/parser.py", PARSER, PARSER.replace("== 'null'", "in ('null', 'None')"))
+    p2 = p2.replace("a/vllm/parser.py", "x/a/vllm/parser.py").replace("b/vllm/parser.py", "y/b/vllm/parser.py")
+    new = ("diff --git x/a/vllm/new.py y/b/vllm/new.py\nnew file mode 100644\n--- /dev/null\n"
+           "+++ y/b/vllm/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n")
+    q.write_patch("A1-p0.patch", p0)
+    q.write_patch("A2-p2.patch", p2 + new)
+    (q.root / "series").write_text("A1-p0.patch -p0\nA2-p2.patch -p2\n")
+    q.run("checkout")
+    q.run("push", "--all")  # the entries apply as the series says
+    mbox = tmp_path / "out.mbox"
+    q.run("export", "--mbox", str(mbox))
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--branch", "gqueue", str(q.work), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "reset", "-q", "--hard", "HEAD~2"], check=True)
+    subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", str(mbox)],
+                   check=True)
+    for path in ("vllm/util.py", "vllm/parser.py", "vllm/new.py"):
+        assert (clone / path).read_bytes() == (q.work / path).read_bytes(), path
+    assert (q.root / "queue/A1-p0.patch").read_text().count("--- vllm/util.py") == 1  # the queue is unchanged
+
+
 def test_import_refuses_a_diff_push_would_refuse_and_changes_nothing(tmp_path: Path) -> None:
     q = make_queue(tmp_path)
     series_before = (q.root / "series").read_bytes()

@@ -197,6 +197,30 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
     return files
 
 
+def as_p1(body: bytes, strip: int, *, path: str = "<patch>") -> bytes:
+    """``body``, a diff applied with -p``strip``, with its file names rewritten for -p1 (``a/``
+    and ``b/`` before each name; what ``git am`` and a plain ``patch -p1`` expect). Only the file
+    headers change; hunks, and header lines other than the names, are kept byte for byte."""
+    if strip == 1:
+        return body
+    files = parse_diff(body, path=path, strip=strip)
+    lines = byte_lines(body)
+    starts = [fd.line - 1 for fd in files] + [len(lines)]
+    for k, fd in enumerate(files):
+        end = min(starts[k + 1], fd.hunks[0].line - 1) if fd.hunks else starts[k + 1]
+        old, new = fd.old_path, fd.new_path
+        for j in range(starts[k], end):
+            line = lines[j]
+            eol = line[len(line.rstrip(b"\r\n")):]
+            if line.startswith(b"diff --git "):
+                lines[j] = f"diff --git a/{old or new} b/{new or old}".encode() + eol
+            elif line.startswith(b"--- "):
+                lines[j] = (b"--- /dev/null" if old is None else f"--- a/{old}".encode()) + eol
+            elif line.startswith(b"+++ "):
+                lines[j] = (b"+++ /dev/null" if new is None else f"+++ b/{new}".encode()) + eol
+    return b"".join(lines)
+
+
 def _hunk_line_after_count(line: bytes) -> bool:
     """A context, added or removed line right after a hunk whose counts are used up."""
     if line.startswith((b"--- ", b"-- \n", b"-- \r\n")) or line in (b"--\n", b"-- "):

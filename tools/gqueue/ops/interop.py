@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import FormatError, UsageError
 from ..fsutil import atomic_write
+from ..model.diff import as_p1
 from ..model.foreign import read_foreign
 from ..model.patch import PatchFile, new_patch, parse_patch
 from ..model.series import parse_series
@@ -121,7 +122,9 @@ def export_quilt(ws: Workspace, directory: Path) -> ExportResult:
     return ExportResult(str(directory), [p.name for p in patches], "quilt")
 
 
-def mail_for(patch: PatchFile, number: int, total: int) -> bytes:
+def mail_for(patch: PatchFile, number: int, total: int, strip: int = 1) -> bytes:
+    """One mail of ``git format-patch``'s shape; the diff's names for -p1 whatever -p``strip`` its
+    series entry gives (git am applies -p1)."""
     meta = patch.meta
     author = meta.get("author")
     if not (isinstance(author, str) and "<" in author):
@@ -137,7 +140,8 @@ def mail_for(patch: PatchFile, number: int, total: int) -> bytes:
         f"From: {author}\nDate: Thu, 1 Jan 1970 00:00:00 +0000\nSubject: {subject}\n\n"
     )
     message = (description + "\n\n" if description else "") + "\n".join(trailers) + "\n---\n"
-    body = patch.body if patch.body.endswith(b"\n") else patch.body + b"\n"
+    body = as_p1(patch.body, strip, path=f"queue/{patch.name}")
+    body = body if body.endswith(b"\n") else body + b"\n"
     for line in body.splitlines():
         if line.startswith(b"From "):
             raise FormatError(f"queue/{patch.name} has a line starting with 'From ' that an mbox cannot carry", path=f"queue/{patch.name}")
@@ -145,7 +149,7 @@ def mail_for(patch: PatchFile, number: int, total: int) -> bytes:
 
 
 def export_mbox(ws: Workspace, target: Path) -> ExportResult:
-    _series, patches = ws.store.read_all()
-    data = b"".join(mail_for(p, i, len(patches)) for i, p in enumerate(patches, start=1))
+    series, patches = ws.store.read_all()
+    data = b"".join(mail_for(p, i, len(patches), e.strip) for i, (e, p) in enumerate(zip(series.entries, patches), start=1))
     atomic_write(target, data)
     return ExportResult(str(target), [p.name for p in patches], "mbox")
