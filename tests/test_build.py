@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -328,3 +329,25 @@ def test_set_version_keeps_every_other_byte() -> None:
     meta = b"Metadata-Version: 2.4\r\nName: vllm\nVersion: 0.24.0\nRequires-Dist: x\n\nVersion: in body\n"
     assert set_version(meta, "0.24.0+gq.1") == meta.replace(b"Version: 0.24.0\n", b"Version: 0.24.0+gq.1\n", 1)
 
+
+
+def test_kernel_files_leave_out_install_metadata_and_refuse_a_linked_folder(tmp_path: Path) -> None:
+    """kernels/ as a developer's checkout leaves it: a local install's metadata and caches are not
+    part of the package; a linked folder (its files would be missing from the wheel) is refused."""
+    from gqueue.errors import UsageError
+    from gqueue.ops.build import kernel_files
+
+    pkg = tmp_path / "kernels" / "vllm_genesis"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "k.py").write_text("K = 1\n")
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "kernels" / "vllm_genesis.egg-info").mkdir()
+    (tmp_path / "kernels" / "vllm_genesis.egg-info" / "PKG-INFO").write_text("Name: x\n")
+    (pkg / "old.dist-info").mkdir()
+    (pkg / "old.dist-info" / "METADATA").write_text("Name: x\n")
+    assert sorted(kernel_files(tmp_path)) == ["vllm_genesis/__init__.py", "vllm_genesis/sub/k.py"]
+    os.symlink(pkg / "sub", pkg / "linked")
+    with pytest.raises(UsageError, match="kernels/vllm_genesis/linked: a symbolic link to a folder"):
+        kernel_files(tmp_path)

@@ -39,6 +39,7 @@ MANIFEST_SCHEMA = "gqueue.manifest/1"
 LABEL_PREFIX = "gq."
 LABEL_HEX = 12
 SKIP_DIRS = ("__pycache__",)
+SKIP_DIR_SUFFIXES = (".egg-info", ".dist-info")
 SKIP_SUFFIXES = (".pyc", ".pyo")
 
 Runner = Callable[[list[str], Path], None]
@@ -109,9 +110,14 @@ def kernel_files(root: Path) -> dict[str, tuple[bytes, bool]]:
     found: dict[str, tuple[bytes, bool]] = {}
     if not base.is_dir():
         return found
-    for package in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for package in sorted(p for p in base.iterdir() if p.is_dir() and not _skipped_dir(p.name)):
         for dirpath, dirnames, filenames in os.walk(package):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+            dirnames[:] = sorted(d for d in dirnames if not _skipped_dir(d))
+            for d in dirnames:
+                if (Path(dirpath) / d).is_symlink():  # os.walk does not follow it: its files would be missing
+                    raise UsageError(f"{(Path(dirpath) / d).relative_to(root).as_posix()}: a symbolic link to a folder "
+                                     "in the kernels package; the wheel would not carry its files",
+                                     hint="put the folder itself there")
             for name in sorted(filenames):
                 if name.startswith(".") or name.endswith(SKIP_SUFFIXES):
                     continue
@@ -119,6 +125,11 @@ def kernel_files(root: Path) -> dict[str, tuple[bytes, bool]]:
                 rel = path.relative_to(base).as_posix()
                 found[rel] = (path.read_bytes(), bool(path.stat().st_mode & 0o100))
     return found
+
+
+def _skipped_dir(name: str) -> bool:
+    """Folders under kernels/ that are not part of a package: caches, metadata of a local install, hidden ones."""
+    return name in SKIP_DIRS or name.startswith(".") or name.endswith(SKIP_DIR_SUFFIXES)
 
 
 def profile_patches(ws: Workspace, profile: str) -> list[str]:
