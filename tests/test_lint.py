@@ -239,6 +239,13 @@ def test_a_patch_that_requires_itself_is_an_error(tmp_path: Path) -> None:
     assert found == [("queue/G2-next.patch", 16, "requires-order", "requires itself ('G2')")]
 
 
+def test_a_patch_that_conflicts_with_itself_is_an_error(tmp_path: Path) -> None:
+    q = good_queue(tmp_path)
+    edit(q, "G2-next.patch", "conflicts: []", "conflicts: [G2]")
+    found = [(f.path, f.rule, f.message) for f in lint(Store(q.root)).findings if f.rule.startswith("conflicts")]
+    assert found == [("queue/G2-next.patch", "conflicts-active", "conflicts with itself ('G2'): it could never be applied")]
+
+
 def test_a_finding_renders_control_characters_escaped(tmp_path: Path) -> None:
     q = good_queue(tmp_path)
     edit(q, "G1-good.patch", "tier: community\n", 'tier: community\n"col\\e[31mour": red\n')

@@ -457,7 +457,9 @@ def _check_relations(series: Series, views: dict[str, HeaderView]) -> list[Findi
                 out.append(_f(view, "requires", "requires-order",
                               f"requires '{need}', which comes later in the series (entry {position[need] + 1})"))
         for other in view.strings("conflicts"):
-            if other in active and other != pid and not _exclusive(entries[pid], entries[other]):
+            if other == pid:
+                out.append(_f(view, "conflicts", "conflicts-active", f"conflicts with itself ('{pid}'): it could never be applied"))
+            elif other in active and not _exclusive(entries[pid], entries[other]):
                 if other in by_id and pid in by_id[other].strings("conflicts") and other < pid:
                     continue  # reported once, on the first of the pair
                 out.append(_f(view, "conflicts", "conflicts-active", f"conflicts with '{other}', and both are active"))
