@@ -256,6 +256,14 @@ def test_a_wheel_file_that_is_no_wheel_file_name_is_refused(name: str) -> None:
     parse_pins("pin vllm==0.24.0 wheel-file=vllm-0.24.0+cu128-cp38-abi3-manylinux_2_28_x86_64.whl\n")
 
 
+@pytest.mark.parametrize("name", [".hidden.patch", "d/.h/a.patch"])
+def test_a_series_name_is_not_hidden(name: str) -> None:
+    # lint and the queue's own temporary files treat hidden names as no patch file
+    with pytest.raises(FormatError, match="invalid patch name") as err:
+        parse_series(f"a.patch\n{name}\n")
+    assert err.value.line == 2
+
+
 @pytest.mark.parametrize("name", ["./a.patch", "d/./a.patch", "d//a.patch", "d/", "."])
 def test_a_series_name_has_one_spelling(name: str) -> None:
     # './a.patch' is the file 'a.patch' under a second name: twice in the series unnoticed

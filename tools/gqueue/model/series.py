@@ -127,7 +127,8 @@ def parse_series(text: str, *, path: str = "series") -> Series:
         guards = tuple(sign + name for sign, name in _GUARD.findall("#" + comment)) if comment else ()
         words = body.split()
         name = words[0]
-        if not _NAME_OK.match(name) or {"", ".", ".."} & set(name.split("/")):  # one spelling a file
+        # one spelling a file (no empty or '.' part), and no hidden part (queue/'s own temporary files)
+        if not _NAME_OK.match(name) or any(part == "" or part.startswith(".") for part in name.split("/")):
             raise FormatError(f"invalid patch name '{name}'", path=path, line=number)
         strip = None
         for word in words[1:]:
