@@ -129,6 +129,25 @@ def test_skip_saves_a_resolution_begun_in_work(tmp_path: Path) -> None:
     assert "RESOLVED " not in (q.work / "vllm/conflict.py").read_text()
 
 
+def test_abort_keeps_copies_of_what_it_puts_back(tmp_path: Path) -> None:
+    """--abort restores the queue and the work tree; what was written meanwhile by hand (a fix
+    begun in work/, an edit of another patch file) is saved under .gqueue/saved/ first."""
+    q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    before = snapshot(q)
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    (q.work / "vllm/conflict.py").write_text((q.work / "vllm/conflict.py").read_text().replace("<<<<<<< ", "BEGUN "))
+    edited = (q.root / "queue/M1-drift.patch").read_text() + "# a note written while stopped\n"
+    (q.root / "queue/M1-drift.patch").write_text(edited)
+    q.run("rebase", "--abort")
+    assert snapshot(q) == before
+    saved = q.root / ".gqueue/saved"
+    diffs = list(saved.glob("*rebase-abort*.diff"))
+    assert len(diffs) == 1 and "+BEGUN " in diffs[0].read_text()
+    copies = list(saved.glob("*rebase-abort/queue/M1-drift.patch"))
+    assert len(copies) == 1 and copies[0].read_text() == edited
+
+
 def test_rebase_refuses_dirty_tree_and_bad_usage(tmp_path: Path) -> None:
     q = build_queue(tmp_path, ["A1-clean.patch"])
     q.run("push", "--all")

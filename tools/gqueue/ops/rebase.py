@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,8 @@ def _originals(ws: Workspace) -> dict[str, bytes]:
 def abort(ws: Workspace) -> RebaseResult:
     state = _load(ws)
     _remove_written(ws, state)
+    save_local_changes(ws, "rebase-abort")  # a resolution begun in work/
+    _copy_replaced(ws, _originals(ws))
     ws.write_journal({"op": "rebase-abort", "old": ws.repo.head(), "new": state["old_head"]})
     ws.repo.checkout_fresh(state["old_head"])
     ws.repo.update_ref(BRANCH, state["old_head"])
@@ -223,6 +226,19 @@ def abort(ws: Workspace) -> RebaseResult:
     ws.needs_refresh_path.unlink(missing_ok=True)
     _finish_state(ws)
     return RebaseResult(state["from"], state["to"], _tally(state), aborted=True)
+
+
+def _copy_replaced(ws: Workspace, originals: dict[str, bytes]) -> None:
+    """Copy the queue's files that --abort is about to put back (the rebase's rewrites, and any
+    edit made by hand while it was stopped) under .gqueue/saved/ first."""
+    replaced = {rel: (ws.store.root / rel).read_bytes() for rel, data in originals.items()
+                if (ws.store.root / rel).is_file() and (ws.store.root / rel).read_bytes() != data}
+    if not replaced:
+        return
+    folder = ws.state_dir / "saved" / f"{time.strftime('%Y%m%d-%H%M%S')}-rebase-abort"
+    for rel, data in replaced.items():
+        atomic_write(folder / rel, data)
+    ws.reporter.note(f"the files --abort puts back were copied, as they were, to {ws.store.rel(folder)}/")
 
 
 def _finish_state(ws: Workspace) -> None:
