@@ -55,7 +55,7 @@ def test_values_json_would_change_are_never_cached(tmp_path: Path) -> None:
 
 def test_an_unreadable_cache_is_ignored_and_rewritten(tmp_path: Path) -> None:
     path = tmp_path / "headers.json"
-    for junk in (b"\xff\x00not json", b"[1, 2]", json.dumps({"2:x": 5}).encode()):
+    for junk in (b"\xff\x00not json", b"[1, 2]", json.dumps({"2:x": 5}).encode(), b"[" * 100_000 + b"]" * 100_000):
         path.write_bytes(junk)
         cache, loader = HeaderCache(path), Counting()
         assert cache.load(loader, HEADER, path="q", first_line=2) == load_mapping(HEADER, path="q", first_line=2)
@@ -93,7 +93,7 @@ def test_an_entry_saved_before_the_loader_refused_duplicate_keys_does_not_answer
 def test_an_odd_entry_is_parsed_again(tmp_path: Path) -> None:
     text = "id: P1\ntitle: one\n"
     key = f"{LOADER_VERSION}:2:" + hashlib.sha1(text.encode()).hexdigest()
-    for odd in ("5", "null", "[1, 2, 3]", "{"):
+    for odd in ("5", "null", "[1, 2, 3]", "{", "[" * 100_000 + "]" * 100_000):  # the last: nested past Python's limit
         path = tmp_path / "headers.json"
         path.write_text(json.dumps({key: odd}))
         assert HeaderCache(path).load(load_mapping, text, path="queue/p", first_line=2) == load_mapping(

@@ -38,7 +38,7 @@ class HeaderCache:
                 doc = json.loads(self.path.read_bytes())
                 ok = isinstance(doc, dict) and all(isinstance(v, str) for v in doc.values())
                 self._entries = doc if ok else {}
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested past Python's limit
                 self._entries = {}
         return self._entries
 
@@ -52,7 +52,7 @@ class HeaderCache:
                 data, lines = json.loads(cached)
                 if isinstance(data, dict) and isinstance(lines, dict):
                     return data, lines
-            except (ValueError, TypeError):  # not JSON, or not a pair
+            except (ValueError, TypeError, RecursionError):  # not JSON, not a pair, nested past the limit
                 pass
         data, lines = load_mapping(text, path=path, first_line=first_line)
         try:
