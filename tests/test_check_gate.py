@@ -53,6 +53,7 @@ def test_lint_errors_show_in_the_json_and_junit_reports(tmp_path: Path) -> None:
     assert failure is not None and "queue/P15-none.patch:4: error[header-value]" in (failure.text or "")
     human = q.run("check", check=False)
     assert human.returncode == 3 and "FAILING: lint found 1 error(s)" in human.stdout
+    assert "ok: every patch is acceptable" not in human.stdout  # nothing that reads as a pass
     clean = q.run("check", "--json", "--no-lint", "--junit", str(report))
     assert json.loads(clean.stdout)["ok"] is True
     assert "gqueue lint" not in report.read_text()

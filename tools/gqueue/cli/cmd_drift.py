@@ -76,10 +76,7 @@ def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool
         ctx.reporter.done()
         ws.close()
         sys.exit(int(code))
-    table = render_table(report)
-    if lint_errors:
-        table += f"\nFAILING: lint found {len(lint_errors)} error(s) (the lint notes name them; --no-lint skips lint)"
-    return report.to_json(), table, code
+    return report.to_json(), render_table(report, len(lint_errors)), code
 
 
 def _hunk_note(h: d.HunkReport) -> str:
@@ -118,7 +115,7 @@ def _patch_note(p: d.PatchReport) -> str:
     return ""
 
 
-def render_table(report: d.CheckReport) -> str:
+def render_table(report: d.CheckReport, lint_errors: int = 0) -> str:
     lines: list[str] = []
     for pin in report.pins:
         counts = ", ".join(f"{n} {s}" for s, n in pin.counts().items())
@@ -145,8 +142,14 @@ def render_table(report: d.CheckReport) -> str:
                 for text in h.drift:
                     lines.append(f"      drift: {text}")
         lines.append("")
-    lines.append("ok: every patch is acceptable" if report.ok else
-                 "FAILING: some patches are not acceptable (" + ", ".join(sorted(report.accept, key=d.STATUSES.index)) + " pass)")
+    if not report.ok:
+        lines.append("FAILING: some patches are not acceptable ("
+                     + ", ".join(sorted(report.accept, key=d.STATUSES.index)) + " pass)")
+    if lint_errors:
+        lines.append(f"FAILING: lint found {lint_errors} error(s) (the lint notes name them; --no-lint skips lint)"
+                     + ("; every patch applies acceptably" if report.ok else ""))
+    elif report.ok:
+        lines.append("ok: every patch is acceptable")
     return "\n".join(lines)
 
 
