@@ -226,6 +226,19 @@ def _two_pins(tmp_path: Path, new: dict[str, str]) -> Queue:
     return q
 
 
+def _pushed_p0_patch(tmp_path: Path, name: str, path: str, old: str, new: str) -> Queue:
+    """A queue of one patch the series applies with -p0 (no a/ b/ in its names), pushed."""
+    from test_drift import edit, new_files
+
+    q = _two_pins(tmp_path, new_files())
+    body = edit(path, old, new)
+    q.write_patch(name, body.replace(" a/vllm/", " vllm/").replace(" b/vllm/", " vllm/"))
+    (q.root / "series").write_text(f"{name} -p0\n")
+    q.run("checkout")
+    q.run("push", "--all")
+    return q
+
+
 def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> None:
     from test_drift import edit, new_files
 
@@ -245,14 +258,7 @@ def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> 
 
 
 def test_stop_of_a_p0_patch_leaves_its_rejects(tmp_path: Path) -> None:
-    from test_drift import edit, new_files
-
-    q = _two_pins(tmp_path, new_files())
-    body = edit("vllm/gone.py", "    return str(x) * 2\n", "    return repr(x) * 2\n")
-    q.write_patch("I2-p0.patch", body.replace(" a/vllm/", " vllm/").replace(" b/vllm/", " vllm/"))
-    (q.root / "series").write_text("I2-p0.patch -p0\n")
-    q.run("checkout")
-    q.run("push", "--all")
+    q = _pushed_p0_patch(tmp_path, "I2-p0.patch", "vllm/gone.py", "    return str(x) * 2\n", "    return repr(x) * 2\n")
     doc = json.loads(q.run("rebase", "--pin", "next", "--json", check=False).stdout)
     assert doc["result"]["stopped_report"]["status"] == "file-missing"
     assert doc["result"]["conflict_files"] == ["vllm/gone.py.rej"]
@@ -315,14 +321,7 @@ def test_patch_upstream_in_a_renamed_file_is_retired(tmp_path: Path) -> None:
 
 
 def test_p0_entry_stays_p0_through_rebase_and_refresh(tmp_path: Path) -> None:
-    from test_drift import edit, new_files
-
-    q = _two_pins(tmp_path, new_files())
-    body = edit("vllm/shift.py", "    y = x * 5\n", "    y = x * 55\n")
-    q.write_patch("B2-p0.patch", body.replace(" a/vllm/", " vllm/").replace(" b/vllm/", " vllm/"))
-    (q.root / "series").write_text("B2-p0.patch -p0\n")
-    q.run("checkout")
-    q.run("push", "--all")
+    q = _pushed_p0_patch(tmp_path, "B2-p0.patch", "vllm/shift.py", "    y = x * 5\n", "    y = x * 55\n")
     assert json.loads(q.run("rebase", "--pin", "next", "--json").stdout)["result"]["summary"]["moved"] == ["B2-p0.patch"]
     moved = (q.root / "queue/B2-p0.patch").read_text()
     assert "--- vllm/shift.py\n+++ vllm/shift.py\n@@ -34,7 +34,7 @@" in moved and " b/" not in moved
