@@ -14,6 +14,7 @@ from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
 from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.git import CommitSpec
+from ..vcs.worktree import write_edits
 from .engine import TreeView, apply_patch, touched_paths
 from .stackops import (PENDING, commit_author, commit_message, pop, push, refresh, require_clean, require_refreshed,
                        require_top_unedited)
@@ -132,10 +133,19 @@ def finish_new(ws: Workspace, names: list[str]) -> list[str]:
     return done
 
 
+def id_owners(store: Store, series: Series, *, besides: str | None = None) -> dict[str, str]:
+    """id -> the first patch of the series with it (``besides``: a patch left out)."""
+    owners: dict[str, str] = {}
+    for e in series.entries:
+        if e.name != besides:
+            owners.setdefault(store.read_patch(e.name, line=e.line).meta.id, e.name)
+    return owners
+
+
 def require_unused_ids(ws: Workspace, series: Series, ids: dict[str, str]) -> None:
     """Refuse new patches (name -> id) whose id a patch of the series, or another of them,
     has: every later push of the series would stop at the second one."""
-    used = {ws.store.read_patch(e.name, line=e.line).meta.id: e.name for e in series.entries}
+    used = id_owners(ws.store, series)
     for name, patch_id in ids.items():
         first = used.setdefault(patch_id, name)
         if first != name:
@@ -234,14 +244,7 @@ def fold(ws: Workspace, name: str) -> NameResult:
         where = f" hunk #{h.index + 1} (expected near line {h.line})" if h else f" [{f.status}]"
         raise ConflictError(f"{name} does not apply on {stack.top.name}: {f.path}{where}; nothing was changed",
                             path=f"{QUEUE}/{name}", line=f.line)
-    for path, change in outcome.changes.items():  # the tree is clean under the lock: write the files
-        target = ws.repo.path / path
-        if change is None:
-            target.unlink()
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(change[1])
-        target.chmod(0o755 if change[0] == "100755" else 0o644)
+    write_edits(ws.repo.path, outcome.changes)  # the tree is clean under the lock
     # the patch leaves the series before the refresh: a kill in between leaves its changes in
     # work/ as unrefreshed edits (and its file in .gqueue/deleted/), never the patch twice
     after = series.remove(name)
@@ -260,11 +263,10 @@ def replace_header(store: Store, patch: PatchFile, header_yaml: str) -> PatchFil
         raise FormatError("a line '...' ends the header early (what follows would become text of the diff)",
                           path=f"{QUEUE}/{patch.name}", line=updated.header.count(b"\n"))
     if updated.meta.id != patch.meta.id:  # every later push would stop at the duplicate
-        series = store.read_series()
-        for entry in series.entries:
-            if entry.name != patch.name and store.read_patch(entry.name, line=entry.line).meta.id == updated.meta.id:
-                raise FormatError(f"the id '{updated.meta.id}' is already the id of {entry.name}",
-                                  path=f"{QUEUE}/{patch.name}", line=updated.meta.line_of("id"))
+        owner = id_owners(store, store.read_series(), besides=patch.name).get(updated.meta.id)
+        if owner is not None:
+            raise FormatError(f"the id '{updated.meta.id}' is already the id of {owner}",
+                              path=f"{QUEUE}/{patch.name}", line=updated.meta.line_of("id"))
     store.write_patch(updated)
     return updated
 

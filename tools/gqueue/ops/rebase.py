@@ -214,12 +214,13 @@ def abort(ws: Workspace) -> RebaseResult:
     state = _load(ws)
     _remove_written(ws, state)
     save_local_changes(ws, "rebase-abort")  # a resolution begun in work/
-    _copy_replaced(ws, _originals(ws))
+    originals = _originals(ws)
+    _copy_replaced(ws, originals)
     ws.write_journal({"op": "rebase-abort", "old": ws.repo.head(), "new": state["old_head"]})
     ws.repo.checkout_fresh(state["old_head"])
     ws.repo.update_ref(BRANCH, state["old_head"])
     ws.clear_journal()
-    for rel, data in _originals(ws).items():
+    for rel, data in originals.items():
         target = ws.store.root / rel
         if not target.is_file() or target.read_bytes() != data:
             atomic_write(target, data)
@@ -231,8 +232,8 @@ def abort(ws: Workspace) -> RebaseResult:
 def _copy_replaced(ws: Workspace, originals: dict[str, bytes]) -> None:
     """Copy the queue's files that --abort is about to put back (the rebase's rewrites, and any
     edit made by hand while it was stopped) under .gqueue/saved/ first."""
-    replaced = {rel: (ws.store.root / rel).read_bytes() for rel, data in originals.items()
-                if (ws.store.root / rel).is_file() and (ws.store.root / rel).read_bytes() != data}
+    current = {rel: (ws.store.root / rel).read_bytes() for rel in originals if (ws.store.root / rel).is_file()}
+    replaced = {rel: data for rel, data in current.items() if data != originals[rel]}
     if not replaced:
         return
     folder = ws.state_dir / "saved" / f"{time.strftime('%Y%m%d-%H%M%S')}-rebase-abort"

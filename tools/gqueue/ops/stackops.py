@@ -332,9 +332,10 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     patch = ws.store.read_patch(top.name)
     parent = stack.commit_below(len(stack.applied) - 1)
     forced_push = ws.needs_refresh_path.exists()
-    strip = _strip_of(ws, top.name)
-    if not force:
-        require_top_unedited(ws, stack, patch)
+    series = ws.store.read_series()
+    strip = _strip_of(series, top.name)
+    if not force and not forced_push:
+        _require_unedited(ws, stack, patch, strip)
     if forced_push:
         _remove_rejects(ws)
     ws.repo.run("add", "-A", "--", ".")
@@ -353,25 +354,27 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     ws.clear_journal()
     if forced_push:
         os.unlink(ws.needs_refresh_path)
-    return RefreshResult(top.name, True, files, len(ws.store.read_series().entries) - len(stack.applied))
+    return RefreshResult(top.name, True, files, len(series.entries) - len(stack.applied))
 
 
-def _strip_of(ws: Workspace, name: str) -> int:
+def _strip_of(series: Series, name: str) -> int:
     """The -pN of the series entry ``name`` (1 when the series no longer lists it)."""
-    series = ws.store.read_series()
     return series.entries[series.index(name)].strip if name in series else 1
 
 
-def require_top_unedited(ws: Workspace, stack: Stack, patch: PatchFile | None = None) -> None:
+def require_top_unedited(ws: Workspace, stack: Stack) -> None:
     """Refuse when the top patch's file was edited by hand since it was pushed (refresh would
     overwrite the edit); not after a forced push, whose commit holds only part of the patch."""
     top = stack.top
     if top is None or ws.needs_refresh_path.exists():
         return
-    patch = patch if patch is not None else ws.store.read_patch(top.name)
+    _require_unedited(ws, stack, ws.store.read_patch(top.name), _strip_of(ws.store.read_series(), top.name))
+
+
+def _require_unedited(ws: Workspace, stack: Stack, patch: PatchFile, strip: int) -> None:
+    top = stack.applied[-1]
     if top.diff_digest != diff_digest(patch):
-        _require_patch_matches_commit(ws, patch, stack.commit_below(len(stack.applied) - 1), top.commit,
-                                      _strip_of(ws, top.name))
+        _require_patch_matches_commit(ws, patch, stack.commit_below(len(stack.applied) - 1), top.commit, strip)
 
 
 def _require_pushable(body: bytes, strip: int = 1) -> list[FileDiff]:

@@ -138,6 +138,24 @@ def apply_writes(root: Path, writes: list[Write]) -> None:
             os.close(fd)
 
 
+def write_edits(root: Path, changes: dict[str, tuple[str, bytes] | None]) -> None:
+    """Write ``changes`` (path -> (mode, bytes) or None) into ``root`` as edits the index does not
+    record (a fold's patch, left for the refresh): each file keeps the time it is written at,
+    so git sees it changed."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path, change in sorted(changes.items()):
+        fault_point("worktree")
+        target = root / path
+        if change is None:
+            target.unlink()
+            _prune_empty_dirs(root, target.parent)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(change[1])
+        target.chmod(_file_mode(change[0], umask))
+
+
 def _before_this_second() -> int:
     """The last nanosecond of the second before now (see the module's docstring)."""
     return time.time_ns() // 1_000_000_000 * 1_000_000_000 - 1
