@@ -109,6 +109,15 @@ EXPECTED = {
 }
 
 
+def two_pins(tmp: Path, new: dict[str, str]) -> Queue:
+    """A queue on 0.1.0 (the OLD files) with a 'next' pin on 0.2.0 holding ``new``; no patches."""
+    q = make_queue(tmp, OLD, "0.1.0")
+    archive = make_sdist(tmp / "upstream", "0.2.0", new)
+    with (q.root / "vendor-pin.txt").open("a") as handle:
+        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
+    return q
+
+
 def build_queue(tmp: Path, names: list[str] | None = None, *, checkout: bool = True) -> Queue:
     """A queue on 0.1.0 with a 'next' pin on 0.2.0, the chosen patches in the series."""
     q = make_queue(tmp, OLD, "0.1.0")
@@ -266,7 +275,9 @@ def test_patch_status_arithmetic() -> None:
     assert d.patch_status(["upstream", "merged3"]) == "partial-upstream"
     assert d.patch_status(["upstream", "conflict"]) == "conflict"
     assert d.patch_status(["fuzz", "clean"]) == "fuzz"
-    assert d.parse_accept("+fuzz,-merged3") == frozenset({"clean", "offset", "upstream", "fuzz"})
+    assert d.parse_accept("+fuzz,-merged3") == frozenset({"clean", "offset", "whitespace", "upstream", "fuzz"})
+    assert d.patch_status(["upstream", "whitespace"]) == "partial-upstream"
+    assert d.patch_status(["whitespace", "merged3"]) == "merged3"
     assert d.parse_accept("clean") == frozenset({"clean"})
     with pytest.raises(ValueError):
         d.parse_accept("nope")
@@ -326,10 +337,7 @@ def test_change_upstream_with_its_context_changed_is_upstream(tmp_path: Path) ->
     new = dict(OLD)
     new["vllm/fixed.py"] = _sub(_sub(OLD["vllm/fixed.py"], "    return y + 2\n", "    return y + 22\n"),
                                 "def u2(x):\n", "def u2(x, k=0):\n")
-    q = make_queue(tmp_path, OLD, "0.1.0")
-    archive = make_sdist(tmp_path / "upstream", "0.2.0", new)
-    with (q.root / "vendor-pin.txt").open("a") as handle:
-        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
+    q = two_pins(tmp_path, new)
     q.write_patch("G2-upstream.patch", edit("vllm/fixed.py", "    return y + 2\n", "    return y + 22\n"))
     q.set_series("G2-upstream.patch")
     doc = json.loads(q.run("check", "--pin", "next", "--json").stdout)
@@ -347,10 +355,7 @@ def test_addition_at_end_of_file_already_upstream(tmp_path: Path) -> None:
     git apply have it): when upstream appended the same line it is upstream, not applied again."""
     base = OLD["vllm/clean.py"]
     new = dict(OLD, **{"vllm/clean.py": base + "X_ADDED = 1\n"})
-    q = make_queue(tmp_path, OLD, "0.1.0")
-    archive = make_sdist(tmp_path / "upstream", "0.2.0", new)
-    with (q.root / "vendor-pin.txt").open("a") as handle:
-        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
+    q = two_pins(tmp_path, new)
     q.write_patch("A9-eof.patch", diff("vllm/clean.py", base, base + "X_ADDED = 1\n"))
     q.set_series("A9-eof.patch")
     doc = json.loads(q.run("check", "--pin", "next", "--json").stdout)
@@ -384,3 +389,69 @@ def test_check_without_lint_reads_headers_as_push_does(tmp_path: Path) -> None:
     proc = q.run("check", "--no-lint", check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "queue/P1-a.patch:5: duplicate key 'requires' (first on line 4)" in proc.stderr
+
+
+def _hunk_of(old: str, new: str):
+    from gqueue.model.diff import parse_diff
+
+    return parse_diff(diff("x.py", old, new).encode())[0].hunks[0]
+
+
+def test_hunk_applied_with_the_new_pins_whitespace() -> None:
+    from gqueue.model.apply import apply_ignoring_whitespace
+
+    old = "import os\nimport re\n\n\ndef f(x):\n    a = 1\n    b = 2\n    return a + b\n\n\nX = 0\n"
+    hunk = _hunk_of(old, old.replace("    b = 2\n", "    b = 3\n    c = b\n"))
+    nested = "class K:\n" + "".join("    " + line if line.strip() else line for line in old.splitlines(True))
+    text, line, way = apply_ignoring_whitespace(nested.encode(), hunk, 0)
+    assert text.decode() == nested.replace("        b = 2\n", "        b = 3\n        c = b\n")
+    assert line == 5 and way.describe() == "re-indented 4 spaces deeper"
+    inner = _hunk_of(nested, nested.replace("        b = 2\n", "        b = 3\n        c = b\n"))
+    text, line, way = apply_ignoring_whitespace(old.encode(), inner, 0)
+    assert text.decode() == old.replace("    b = 2\n", "    b = 3\n    c = b\n")
+    assert line == 4 and way.describe() == "re-indented 4 spaces shallower"
+    trailing = old.replace("    a = 1\n", "    a = 1   \n")  # the text keeps its own context lines
+    text, _, way = apply_ignoring_whitespace(trailing.encode(), hunk, 0)
+    assert text.decode() == trailing.replace("    b = 2\n", "    b = 3\n    c = b\n")
+    assert way.describe() == "same indentation"
+    assert apply_ignoring_whitespace(old.encode(), hunk, 0) is None  # an exact match is no whitespace case
+    assert apply_ignoring_whitespace(old.replace("b = 2", "b = 22").encode(), hunk, 0) is None
+
+
+def test_whitespace_needs_one_reindent_for_added_lines() -> None:
+    """Lines re-indented in two ways leave the added lines' indentation a guess: no match. A hunk
+    that only removes lines has nothing to place, so it still lands."""
+    from gqueue.model.apply import apply_ignoring_whitespace
+
+    old = "if a:\n    x = 1\n    y = 2\n    z = 3\nq = 4\n"
+    half = "if a:\n    x = 1\n    y = 2\n        z = 3\nq = 4\n"
+    adding = _hunk_of(old, old.replace("    y = 2\n", "    y = 2\n    w = 9\n"))
+    assert apply_ignoring_whitespace(half.encode(), adding, 0) is None
+    assert apply_ignoring_whitespace(old.replace("    ", "  ").encode(), adding, 0) is None  # 'if' kept, body not
+    removing = _hunk_of(old, old.replace("    y = 2\n", ""))
+    text, _, _ = apply_ignoring_whitespace(half.encode(), removing, 0)
+    assert text.decode() == half.replace("    y = 2\n", "")
+
+
+def test_reindented_upstream_is_whitespace_and_rebase_lands_it(tmp_path: Path) -> None:
+    """Upstream moved a function into a class (every line four spaces deeper): the hunk is
+    'whitespace', passes the default gate, and rebase writes it at the new indentation."""
+    base = OLD["vllm/clean.py"]
+    nested = "class Holder:\n" + "".join("    " + line if line.strip() else line for line in base.splitlines(True))
+    q = two_pins(tmp_path, dict(OLD, **{"vllm/clean.py": nested}))
+    q.write_patch("A5-indent.patch", edit("vllm/clean.py", "    y = x * 3\n", "    y = x * 3\n    y = abs(y)\n"))
+    q.set_series("A5-indent.patch")
+    doc = json.loads(q.run("check", "--pin", "next", "--json").stdout)
+    patch = doc["pins"][0]["patches"][0]
+    hunk = patch["hunks"][0]
+    assert (patch["status"], patch["acceptable"], hunk["status"]) == ("whitespace", True, "whitespace")
+    assert hunk["line"] == 16 and "4 spaces deeper" in hunk["detail"]
+    assert "whitespace" in q.run("check", "--pin", "next").stdout
+    assert q.run("check", "--pin", "next", "--accept", "-whitespace", check=False).returncode != 0
+    q.run("checkout")
+    q.run("push", "--all")
+    result = json.loads(q.run("rebase", "--pin", "next", "--json").stdout)["result"]
+    assert result["done"] and result["summary"]["merged"] == ["A5-indent.patch"]
+    assert (q.work / "vllm/clean.py").read_text() == nested.replace(
+        "        y = x * 3\n", "        y = x * 3\n        y = abs(y)\n")
+    assert "+        y = abs(y)\n" in (q.root / "queue/A5-indent.patch").read_text()

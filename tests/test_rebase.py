@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from synth import Queue
-from test_drift import build_queue
+from test_drift import build_queue, two_pins
 
 LANDING = ["A1-clean.patch", "B1-offset.patch", "C1-merged3.patch", "G1-upstream.patch", "H1-partial.patch",
            "J1-renamed.patch", "M1-drift.patch"]
@@ -215,22 +215,13 @@ def test_refused_continue_leaves_the_rejects(tmp_path: Path) -> None:
     assert not rej.exists()
 
 
-def _two_pins(tmp_path: Path, new: dict[str, str]) -> Queue:
-    from synth import make_queue, make_sdist, sha256
-    from test_drift import OLD
-
-    q = make_queue(tmp_path, OLD, "0.1.0")
-    archive = make_sdist(tmp_path / "upstream", "0.2.0", new)
-    with (q.root / "vendor-pin.txt").open("a") as handle:
-        handle.write(f"next {archive.as_uri()}#sha256={sha256(archive)}\n")
-    return q
 
 
 def _pushed_p0_patch(tmp_path: Path, name: str, path: str, old: str, new: str) -> Queue:
     """A queue of one patch the series applies with -p0 (no a/ b/ in its names), pushed."""
     from test_drift import edit, new_files
 
-    q = _two_pins(tmp_path, new_files())
+    q = two_pins(tmp_path, new_files())
     body = edit(path, old, new)
     q.write_patch(name, body.replace(" a/vllm/", " vllm/").replace(" b/vllm/", " vllm/"))
     (q.root / "series").write_text(f"{name} -p0\n")
@@ -244,7 +235,7 @@ def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> 
 
     new = new_files()
     new["vllm/moved/new_name.py"] = new["vllm/moved/new_name.py"].replace("    y = x * 3\n", "    y = x * 3 + 1\n")
-    q = _two_pins(tmp_path, new)
+    q = two_pins(tmp_path, new)
     second = edit("vllm/old_name.py", "    y = x * 7\n", "    y = x * 77\n").split("\n", 3)[3]
     q.write_patch("J2-renamed.patch", edit("vllm/old_name.py", "    y = x * 3\n", "    y = x * 33\n") + second)
     q.set_series("J2-renamed.patch")
@@ -308,7 +299,7 @@ def test_patch_upstream_in_a_renamed_file_is_retired(tmp_path: Path) -> None:
 
     new = new_files()
     new["vllm/moved/new_name.py"] = _sub(new["vllm/moved/new_name.py"], "    y = x * 3\n", "    y = x * 33\n")
-    q = _two_pins(tmp_path, new)
+    q = two_pins(tmp_path, new)
     q.write_patch("J3-renamed-upstream.patch", edit("vllm/old_name.py", "    y = x * 3\n", "    y = x * 33\n"))
     q.set_series("J3-renamed-upstream.patch")
     q.run("checkout")

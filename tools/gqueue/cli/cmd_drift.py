@@ -41,7 +41,7 @@ Result = tuple[Any, str, int]
 @click.option("--github", is_flag=True, help="Also print GitHub Actions annotations (on stderr with --json).")
 @click.option("--accept", default=None, metavar="LIST",
               help="Statuses that pass: a list ('clean,offset') or edits of the default ('+fuzz,-merged3'). "
-                   "Default: clean,offset,merged3,upstream.")
+                   "Default: clean,offset,whitespace,merged3,upstream.")
 @click.option("--fuzz", "max_fuzz", type=click.IntRange(0, 3), default=2, show_default=True,
               help="How much fuzz to try when reporting what patch would do.")
 @click.option("--profile", help="Check only the patches this profile selects.")
@@ -82,7 +82,7 @@ def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool
 def _hunk_note(h: d.HunkReport) -> str:
     if h.status == d.OFFSET:
         return f"at line {h.line} ({h.offset:+d})"
-    if h.status == d.FUZZ:
+    if h.status in (d.FUZZ, d.WHITESPACE):
         return h.detail
     if h.status == d.MERGED3:
         return f"three-way merge lands it at line {h.line}"

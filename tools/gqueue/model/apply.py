@@ -145,3 +145,103 @@ def apply_hunks(old: bytes, diff: FileDiff, *, max_fuzz: int = 0, partial: bool 
         return FileOutcome(diff.path, tuple(outcomes), None)
     out.extend(lines[cursor:])
     return FileOutcome(diff.path, tuple(outcomes), b"".join(out))
+
+
+# --- whitespace-insensitive matching ----------------------------------------------------------
+
+_BLANKS = b" \t\r\n\f\v"
+
+
+@dataclass(frozen=True)
+class Reindent:
+    """How the new pin's copy of a hunk's region differs in indentation from the hunk's."""
+
+    remove: bytes = b""  # leading whitespace taken off each line (one of remove / add / both)
+    add: bytes = b""  # ... and put in its place
+
+    def apply(self, line: bytes) -> bytes | None:
+        """The line re-indented the same way; None where its indentation does not allow it."""
+        if not line.strip(_BLANKS):
+            return line
+        if not line.startswith(self.remove):
+            return None
+        return self.add + line[len(self.remove):]
+
+    def describe(self) -> str:
+        if not self.remove and not self.add:
+            return "same indentation"
+        if self.add.startswith(self.remove) and set(self.add) <= {0x20}:
+            return f"re-indented {len(self.add) - len(self.remove)} spaces deeper"
+        if self.remove.startswith(self.add) and set(self.remove) <= {0x20}:
+            return f"re-indented {len(self.remove) - len(self.add)} spaces shallower"
+        return f"indentation {self.remove!r} replaced by {self.add!r}"
+
+
+def _indent(line: bytes) -> bytes:
+    return line[: len(line) - len(line.lstrip(b" \t"))]
+
+
+def _reindent(ours: bytes, theirs: bytes) -> Reindent:
+    a, b = _indent(ours), _indent(theirs)
+    if b.startswith(a):
+        return Reindent(add=b[len(a):])
+    if a.startswith(b):
+        return Reindent(remove=a[len(b):])
+    return Reindent(remove=a, add=b)
+
+
+def _loose_at(lines: list[bytes], pos: int, keys: list[bytes]) -> bool:
+    return pos + len(keys) <= len(lines) and all(lines[pos + i].strip(_BLANKS) == k for i, k in enumerate(keys))
+
+
+def apply_ignoring_whitespace(old: bytes, hunk: Hunk, expected: int) -> tuple[bytes, int, Reindent] | None:
+    """Apply one hunk whose context and removed lines match the text only with their leading and
+    trailing whitespace ignored (as after a re-indent or a formatter's run).
+
+    The matched lines keep the text's whitespace; the hunk's added lines are re-indented the way
+    the matched lines were. That has to be one way for every non-blank matched line (a region
+    re-indented as a whole), else the added lines' place would be a guess and None is returned,
+    as it is where the hunk matches exactly (that is no whitespace case) or nowhere. ``expected``
+    is the 0-based line it is looked for at first; a hunk with context on one side only matches
+    only at that end of the file, as in :func:`apply_hunks`. Returns the new text, the 1-based line
+    and the re-indent.
+    """
+    lines = split_lines(old)
+    want = hunk.old_lines()
+    keys = [w.strip(_BLANKS) for w in want]
+    if not any(keys):
+        return None
+    anchor = _anchor(hunk)
+    if anchor is not None:
+        at = len(lines) - len(want) if anchor == "end" else 0
+        candidates = [at] if at >= 0 else []
+    else:
+        limit = len(lines) - len(want)
+        expected = min(max(expected, 0), max(limit, 0))
+        candidates = sorted(range(0, limit + 1), key=lambda p: (abs(p - expected), p))
+    for pos in candidates:
+        if not _loose_at(lines, pos, keys) or lines[pos : pos + len(want)] == want:
+            continue
+        ways = {_reindent(w, lines[pos + i]) for i, w in enumerate(want) if w.strip(_BLANKS)}
+        added = [t for tag, t in hunk.lines if tag == b"+"]
+        if len(ways) != 1:
+            if any(t.strip(_BLANKS) for t in added):
+                continue
+            ways = {Reindent()}
+        way = ways.pop()
+        body: list[bytes] = []
+        i = pos
+        for tag, text in hunk.lines:
+            if tag == b" ":
+                body.append(lines[i])
+                i += 1
+            elif tag == b"-":
+                i += 1
+            else:
+                moved = way.apply(text)
+                if moved is None:
+                    break
+                body.append(moved)
+        else:
+            return b"".join(lines[:pos] + body + lines[i:]), pos + 1, way
+    return None

@@ -17,6 +17,7 @@ CLEAN = "clean"
 OFFSET = "offset"
 FUZZ = "fuzz"
 MERGED3 = "merged3"
+WHITESPACE = "whitespace"
 CONFLICT = "conflict"
 UPSTREAM = "upstream"
 PARTIAL_UPSTREAM = "partial-upstream"
@@ -24,12 +25,13 @@ FILE_MISSING = "file-missing"
 RENAMED = "renamed"
 BLOCKED = "blocked"
 
-STATUSES = (CLEAN, OFFSET, MERGED3, UPSTREAM, PARTIAL_UPSTREAM, FUZZ, RENAMED, FILE_MISSING, CONFLICT, BLOCKED)
+STATUSES = (CLEAN, OFFSET, WHITESPACE, MERGED3, UPSTREAM, PARTIAL_UPSTREAM, FUZZ, RENAMED, FILE_MISSING, CONFLICT, BLOCKED)
 # How bad a hunk status is; a patch takes its worst hunk's (upstream is special, see patch_status).
-_RANK = {CLEAN: 0, OFFSET: 1, MERGED3: 2, UPSTREAM: 3, FUZZ: 4, RENAMED: 5, FILE_MISSING: 6, CONFLICT: 7, BLOCKED: 8}
-DEFAULT_ACCEPT = frozenset({CLEAN, OFFSET, MERGED3, UPSTREAM})
+_RANK = {CLEAN: 0, OFFSET: 1, WHITESPACE: 2, MERGED3: 3, UPSTREAM: 4, FUZZ: 5, RENAMED: 6, FILE_MISSING: 7, CONFLICT: 8,
+         BLOCKED: 9}
+DEFAULT_ACCEPT = frozenset({CLEAN, OFFSET, WHITESPACE, MERGED3, UPSTREAM})
 # Hunk statuses whose change is in the tree after the hunk is processed.
-LANDED = frozenset({CLEAN, OFFSET, MERGED3, UPSTREAM, FUZZ})
+LANDED = frozenset({CLEAN, OFFSET, WHITESPACE, MERGED3, UPSTREAM, FUZZ})
 
 
 def parse_accept(text: str) -> frozenset[str]:

@@ -3,7 +3,8 @@
 
 Each patch is applied on top of the ones before it on both sides, in memory. A hunk is tried,
 in order: exactly (clean / offset), reversed (upstream), as a three-way merge against the old
-pin's preimage (merged3), with reduced context (fuzz); what is left is a conflict, or blocked
+pin's preimage (merged3), with leading and trailing whitespace ignored (whitespace), with
+reduced context (fuzz); what is left is a conflict, or blocked
 when it needs lines that an earlier, failed patch would have added.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..model import drift as d
-from ..model.apply import FileOutcome, apply_hunks, split_lines
+from ..model.apply import FileOutcome, apply_hunks, apply_ignoring_whitespace, split_lines
 from ..model.diff import FileDiff, Hunk
 from ..model.patch import PatchFile
 from ..vcs.git import WorkRepo
@@ -257,6 +258,15 @@ class SeriesRun:
                     reports.append(self._hunk(fd, i, h, d.MERGED3, line=line, drift=drift))
                     new_cur, new_delta = merged, new_delta + growth
                     continue
+            loose = apply_ignoring_whitespace(new_cur, h, start - 1)
+            if loose is not None:
+                text, line, way = loose
+                detail = f"lands with the new pin's whitespace at line {line} ({way.describe()})"
+                drift = self._drift_opt(path, base_before, old_at, new_cur, line - 1, h)
+                reports.append(self._hunk(fd, i, h, d.WHITESPACE, line=line, offset=line - start,
+                                          drift=drift, detail=detail))
+                new_cur, new_delta = text, new_delta + growth
+                continue
             if self.max_fuzz:
                 fuzzy = _apply_one(new_cur, h, start, self.max_fuzz)
                 if fuzzy.new is not None:
