@@ -414,6 +414,8 @@ def test_hunk_applied_with_the_new_pins_whitespace() -> None:
     text, _, way = apply_ignoring_whitespace(trailing.encode(), hunk, 0)
     assert text.decode() == trailing.replace("    b = 2\n", "    b = 3\n    c = b\n")
     assert way.describe() == "same indentation"
+    tabbed = "".join("\t" + line if line.strip() else line for line in old.splitlines(True))
+    assert apply_ignoring_whitespace(tabbed.encode(), hunk, 0)[2].describe() == "re-indented 1 tab deeper"
     assert apply_ignoring_whitespace(old.encode(), hunk, 0) is None  # an exact match is no whitespace case
     assert apply_ignoring_whitespace(old.replace("b = 2", "b = 22").encode(), hunk, 0) is None
 

@@ -182,6 +182,33 @@ def test_apply_then_reverse_is_identity(edit: tuple[list[str], list[str]]) -> No
     assert backward.ok and backward.new == "".join(old).encode()
 
 
+def _indented(lines: list[str], by: str) -> bytes:
+    return "".join(by + line if line.strip() else line for line in lines).encode()
+
+
+@PURE
+@given(file_edit(), st.sampled_from(["  ", "    ", "\t", "        "]))
+def test_hunk_lands_the_same_on_a_reindented_file(edit: tuple[list[str], list[str]], by: str) -> None:
+    """Each hunk on the file re-indented as a whole lands where it does on the file itself, with
+    its added lines re-indented the same way."""
+    from dataclasses import replace
+
+    from gqueue.model.apply import apply_ignoring_whitespace
+
+    old, new = edit
+    assume(old != new)
+    (fd,) = parse_diff(_unified("f.py", old, new))
+    for hunk in fd.hunks:
+        assume(any(line.strip() for line in hunk.old_lines()))
+        alone = replace(fd, hunks=(hunk,))
+        exact = apply_hunks("".join(old).encode(), alone)
+        loose = apply_ignoring_whitespace(_indented(old, by), hunk, hunk.old_start - 1)
+        assert loose is not None and exact.new is not None
+        text, line, way = loose
+        assert text == _indented(exact.new.decode().splitlines(True), by)
+        assert line == exact.hunks[0].line and way.add == by.encode() and not way.remove
+
+
 # --- push, pop and refresh through the real engine, on generated trees ------------------------------
 
 _PATH = st.sampled_from(["a.py", "pkg/b.py", "pkg/sub/c.txt", "d.md"])

@@ -156,7 +156,7 @@ _BLANKS = b" \t\r\n\f\v"
 class Reindent:
     """How the new pin's copy of a hunk's region differs in indentation from the hunk's."""
 
-    remove: bytes = b""  # leading whitespace taken off each line (one of remove / add / both)
+    remove: bytes = b""  # whitespace taken off the start of each line
     add: bytes = b""  # ... and put in its place
 
     def apply(self, line: bytes) -> bytes | None:
@@ -170,11 +170,13 @@ class Reindent:
     def describe(self) -> str:
         if not self.remove and not self.add:
             return "same indentation"
-        if self.add.startswith(self.remove) and set(self.add) <= {0x20}:
-            return f"re-indented {len(self.add) - len(self.remove)} spaces deeper"
-        if self.remove.startswith(self.add) and set(self.remove) <= {0x20}:
-            return f"re-indented {len(self.remove) - len(self.add)} spaces shallower"
-        return f"indentation {self.remove!r} replaced by {self.add!r}"
+        if not self.remove or not self.add:
+            step = self.add or self.remove
+            unit = {b" ": "space", b"\t": "tab"}.get(bytes(set(step)))
+            if unit is not None:
+                plural = "s" if len(step) > 1 else ""
+                return f"re-indented {len(step)} {unit}{plural} {'deeper' if self.add else 'shallower'}"
+        return f"indentation {self.remove!r} at the start of each line replaced by {self.add!r}"
 
 
 def _indent(line: bytes) -> bytes:
@@ -182,12 +184,12 @@ def _indent(line: bytes) -> bytes:
 
 
 def _reindent(ours: bytes, theirs: bytes) -> Reindent:
+    """The least change at the start of the line that turns our indentation into theirs."""
     a, b = _indent(ours), _indent(theirs)
-    if b.startswith(a):
-        return Reindent(add=b[len(a):])
-    if a.startswith(b):
-        return Reindent(remove=a[len(b):])
-    return Reindent(remove=a, add=b)
+    same = 0
+    while same < min(len(a), len(b)) and a[len(a) - 1 - same] == b[len(b) - 1 - same]:
+        same += 1
+    return Reindent(remove=a[: len(a) - same], add=b[: len(b) - same])
 
 
 def _loose_at(lines: list[bytes], pos: int, keys: list[bytes]) -> bool:
@@ -218,7 +220,7 @@ def apply_ignoring_whitespace(old: bytes, hunk: Hunk, expected: int) -> tuple[by
     else:
         limit = len(lines) - len(want)
         expected = min(max(expected, 0), max(limit, 0))
-        candidates = sorted(range(0, limit + 1), key=lambda p: (abs(p - expected), p))
+        candidates = sorted(range(0, limit + 1), key=lambda p: (abs(p - expected), p < expected))  # as _find
     for pos in candidates:
         if not _loose_at(lines, pos, keys) or lines[pos : pos + len(want)] == want:
             continue
