@@ -31,7 +31,7 @@ from vllm.v1.attention.backends.turboquant_attn import (
     TurboQuantAttentionBackend, TurboQuantAttentionImpl, TurboQuantMetadata)
 from vllm.v1.worker import workspace
 
-MODE, SPEC = sys.argv[1], int(sys.argv[2])  # on | fail | shared, speculative tokens (0: none)
+MODE, SPEC = sys.argv[1], int(sys.argv[2])  # on | fail | sticky | shared, speculative tokens (0: none)
 torch.accelerator.empty_cache = lambda: None
 workspace.init_workspace_manager(torch.device("cpu"))
 
@@ -59,6 +59,8 @@ def recorder(*args, **kwargs):
         "split_cap": kwargs.get("split_cap")})
     if MODE == "fail":
         raise RuntimeError("compiler exploded")
+    if MODE == "sticky":
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
     return 1
 gtq.warmup_verify = recorder
 
@@ -104,6 +106,15 @@ cpu_calls = list(calls)
 calls.clear()
 if hasattr(kw, "_genesis_tq_warmup_device"):
     kw._genesis_tq_warmup_device = lambda device: True
+if MODE == "sticky":  # the first launch leaves the device's context broken
+    kw._genesis_device_unusable = lambda device: True
+    try:
+        kw.kernel_warmup(worker)
+        raised = None
+    except RuntimeError as exc:
+        raised = str(exc)
+    print(json.dumps({"raised": raised, "first": calls, "warnings": warnings}))
+    sys.exit(0)
 kw.kernel_warmup(worker)
 first = list(calls)
 calls.clear()
@@ -215,6 +226,16 @@ def test_fixed_failing_warmup_logged_once_forward_unharmed(switch):
     assert len(res["second"]) == 3  # none recorded as compiled
     assert len(res["warnings"]) == 1 and "PN522" in res["warnings"][0]
     assert res["verify_launches"] == [6] and res["finite"]
+
+
+def test_fixed_sticky_device_error_is_raised_not_skipped(switch):
+    """A warm-up launch that leaves the CUDA context broken (a fault in a kernel, which every
+    later call reports) is no compilation to skip: kernel_warmup raises the launch's error."""
+    switch("P67", True)
+    switch("PN522", True)
+    res = run("sticky", 3)
+    assert res["raised"] == "CUDA error: an illegal memory access was encountered"
+    assert len(res["first"]) == 1 and res["warnings"] == []
 
 
 def test_off_no_warmup(switch):
