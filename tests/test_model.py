@@ -286,3 +286,26 @@ def test_a_patch_file_cut_inside_its_last_hunk_line_is_refused() -> None:
     assert err.value.line == 15
     fd = parse_diff(b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n-a\n+b\n\\ No newline at end of file")[0]
     assert apply_hunks(b"x\na\n", fd).new == b"x\nb"
+
+
+@pytest.mark.parametrize(
+    ("body", "strip", "names"),
+    [
+        (b"diff --git a/d b/x b/d b/x\nold mode 100644\nnew mode 100755\n", 1, ("d b/x", "d b/x")),
+        (b"diff --git d b/x d b/x\nold mode 100644\nnew mode 100755\n", 0, ("d b/x", "d b/x")),
+        (b"diff --git a/x y b/x y\nBinary files a/x y and b/x y differ\n", 1, ("x y", "x y")),
+        (b"diff --git a/d b/o b/d b/n\nsimilarity index 100%\nrename from d b/o\nrename to d b/n\n", 1, ("d b/o", "d b/n")),
+        (b"diff --git old new\nsimilarity index 100%\nrename from old\nrename to new\n", 0, ("old", "new")),
+        (b"diff --git a/p/x b/p/x\nold mode 100644\nnew mode 100755\n", 2, ("x", "x")),
+    ],
+)
+def test_names_of_an_entry_without_file_lines_may_hold_spaces_and_b_slash(body: bytes, strip: int,
+                                                                           names: tuple[str, str]) -> None:
+    (fd,) = parse_diff(body, strip=strip)
+    assert (fd.old_path, fd.new_path) == names
+
+
+def test_names_of_an_entry_without_file_lines_that_cannot_be_split_are_refused() -> None:
+    with pytest.raises(FormatError, match="cannot tell the two file names apart") as err:
+        parse_diff(b"\n" + b"diff --git x y\nold mode 100644\nnew mode 100755\n", strip=0, path="queue/X.patch")
+    assert err.value.line == 2

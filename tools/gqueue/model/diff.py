@@ -90,6 +90,35 @@ def _strip(raw: bytes, strip: int, *, path: str, line: int) -> str | None:
     return "/".join(parts[strip:])
 
 
+def _git_header_names(names: bytes, strip: int, renamed_from: str | None, renamed_to: str | None, *,
+                      path: str, line: int) -> tuple[str | None, str | None]:
+    """The two file names of a 'diff --git' line, for an entry without '---'/'+++' lines.
+
+    Names may hold spaces, so the line is split where the names come out right: in the middle
+    when both sides name one file (a mode change, a binary file), or where they are the
+    'rename from'/'rename to' names; else before the first ' b/'."""
+    cuts = [k for k in range(len(names)) if names[k : k + 1] == b" "]
+
+    def split(k: int) -> tuple[str | None, str | None] | None:
+        try:
+            return (_strip(names[:k], strip, path=path, line=line), _strip(names[k + 1 :], strip, path=path, line=line))
+        except FormatError:
+            return None
+
+    if len(names) % 2 == 1 and len(names) // 2 in cuts:
+        both = split(len(names) // 2)
+        if both is not None and both[0] == both[1]:
+            return both
+    if renamed_from is not None and renamed_to is not None:
+        for k in cuts:
+            if split(k) == (renamed_from, renamed_to):
+                return renamed_from, renamed_to
+    git_names = names.split(b" b/", 1)
+    if len(git_names) != 2:
+        raise FormatError("cannot tell the two file names apart on the 'diff --git' line", path=path, line=line)
+    return _strip(git_names[0], strip, path=path, line=line), _strip(b"b/" + git_names[1], strip, path=path, line=line)
+
+
 def byte_lines(data: bytes) -> list[bytes]:
     """Lines ending in ``\\n`` (the last may lack it), as git and patch count them.
 
@@ -141,8 +170,10 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                     if len(fields) > 1:
                         meta.setdefault("old_mode", _mode(fields[1], path, here))
                         meta.setdefault("new_mode", _mode(fields[1], path, here))
-                elif ext.startswith((b"rename from", b"rename to", b"copy from", b"copy to")):
+                elif ext.startswith((b"rename from ", b"rename to ", b"copy from ", b"copy to ")):
                     meta["rename"] = True
+                    side = "rename_from" if ext.startswith((b"rename from ", b"copy from ")) else "rename_to"
+                    meta[side] = ext.split(b" ", 2)[2].decode("utf-8", "replace")
                 elif ext.startswith(b"Binary files ") or ext == b"GIT binary patch":
                     meta["binary"] = True
                 elif ext.startswith((b"similarity index", b"dissimilarity index")):
@@ -153,13 +184,8 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
             if i < n and lines[i].startswith(b"@@ ") and not (meta.get("binary") or meta.get("rename")):
                 raise FormatError("hunk without the '---' and '+++' lines of its file", path=path, line=lineno(i))
             if meta.get("binary") or meta.get("rename") or i >= n or not lines[i].startswith(b"--- "):
-                names = line[11:].rstrip(b"\r\n")
-                git_names = names.split(b" b/", 1)
-                half = len(names) // 2
-                if len(git_names) != 2 and names[half : half + 1] == b" " and names[:half] == names[half + 1 :]:
-                    git_names = [names[:half]]  # 'diff --git x x': no a/ b/ prefixes (a -p0 patch)
-                old = _strip(git_names[0], strip, path=path, line=lineno(start))
-                new = _strip(b"b/" + git_names[1], strip, path=path, line=lineno(start)) if len(git_names) == 2 else old
+                old, new = _git_header_names(line[11:].rstrip(b"\r\n"), strip, _s(meta, "rename_from"),
+                                             _s(meta, "rename_to"), path=path, line=lineno(start))
                 if meta.get("new") and meta.get("deleted"):
                     raise FormatError("a file header says both 'new file' and 'deleted file'", path=path, line=lineno(start))
                 files.append(
