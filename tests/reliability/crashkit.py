@@ -509,6 +509,12 @@ def check_recovered(scenario: Scenario, old: State, new: State, now: State, root
         raise Broken(f"applied {list(now.applied)} is not a prefix of the series {series_names}")
     if not scenario.compound and now.applied not in (old.applied, new.applied):
         raise Broken(f"applied {list(now.applied)} is neither the old nor the new stack")
+    if not scenario.compound and old.files != new.files and old.applied != new.applied:
+        # a command that changes both: the files and the stack go back or forward together
+        if (now.files, now.applied) == (new.files, old.applied):
+            raise Broken("the new series/queue came back with the old stack")
+        if (now.files, now.applied) == (old.files, new.applied):
+            raise Broken("the old series/queue came back with the new stack")
     cached = git(work, "diff", "--cached", "--name-only", "HEAD", check=False).split()
     dirty = set(git(work, "status", "--porcelain", "--untracked-files=all").splitlines())
     expected_dirty = set(scenario.user_edits)
