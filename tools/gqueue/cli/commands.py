@@ -32,6 +32,7 @@ class _OnDemand:
 plan = _OnDemand("plan")
 queueops = _OnDemand("queueops")
 recovery = _OnDemand("recovery")
+reorder = _OnDemand("reorder")
 
 Result = tuple[Any, str, int]
 
@@ -317,6 +318,31 @@ def rename(ws: Workspace, old: str, new_name: str) -> Result:
     """Rename a patch (file, series entry and, if applied, its commit)."""
     result = queueops.rename(ws, old, new_name)
     return result.to_json(), f"renamed {old} to {new_name}", ExitCode.OK
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--before", "before", metavar="OTHER", help="Put NAME right above OTHER in the series.")
+@click.option("--after", "after", metavar="OTHER", help="Put NAME right below OTHER.")
+@click.option("--first", is_flag=True, help="Put NAME first in the series.")
+@click.option("--last", is_flag=True, help="Put NAME last in the series.")
+@boundary("move")
+def move(ws: Workspace, name: str, before: str | None, after: str | None, first: bool, last: bool) -> Result:
+    """Move NAME to another place in the series; applied patches are re-applied in the new order.
+
+    A patch moved below an applied one is applied, one moved above an unapplied one is not; the
+    others keep their state. Whether every patch to re-apply applies in the new order is
+    checked before anything changes (a conflict exits 3 and changes nothing)."""
+    if sum((before is not None, after is not None, first, last)) != 1:
+        raise UsageError("say where: one of --before OTHER, --after OTHER, --first, --last")
+    result = reorder.move_patch(ws, name, before=before, after=after, first=first, last=last)
+    if not result.changed:
+        return result.to_json(), f"{name} is already there", ExitCode.OK
+    lines = [f"moved {name}: now entry #{result.order.index(name) + 1} of {len(result.order)}"]
+    if result.popped or result.pushed:
+        lines.append(f"re-applied: popped {len(result.popped)}, pushed {len(result.pushed)}"
+                     + (f"; now at {result.pushed[-1]}" if result.pushed else ""))
+    return result.to_json(), "\n".join(lines), ExitCode.OK
 
 
 @cli.command()

@@ -34,11 +34,8 @@ def push_report(result: PushResult) -> str:
         if offset:
             lines.append(f"    {hunk_summary(r)}")
     if result.failed is not None:
-        failure = result.failed.first_failure()
-        where = ""
-        if failure is not None:
-            f, h = failure
-            where = f": {f.path}" + (f" hunk #{h.index + 1} (expected near line {h.line})" if h else f" [{f.status}]")
+        text = result.failed.failure_text()
+        where = f": {text}" if text else ""
         verb = "FORCED (rejects left)" if result.forced else "FAILED"
         lines.append(f"{verb:<34} {result.failed.name}{where}")
     for name in result.refreshed:

@@ -83,6 +83,21 @@ class Series:
         del lines[entry.line - 1]
         return parse_series("".join(lines), path=self.path)
 
+    def move(self, name: str, *, before: str | None = None, after: str | None = None) -> "Series":
+        """A new series with ``name``'s line (its -pN, guards and comment with it) right above
+        ``before``'s line or right below ``after``'s; other lines stay as they are."""
+        if (before is None) == (after is None) or name in (before, after):
+            raise ValueError("move needs one other entry, before or after")
+        entry = self.entries[self.index(name)]
+        lines = list(self.lines)
+        if not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        moved = lines[entry.line - 1]
+        lines[entry.line - 1] = None  # type: ignore[call-overload]  # dropped below, after the insert
+        anchor = self.entries[self.index(before or after or "")]
+        lines.insert(anchor.line - 1 if before is not None else anchor.line, moved)
+        return parse_series("".join(line for line in lines if line is not None), path=self.path)
+
     def rename(self, old: str, new: str) -> "Series":
         if new in self:
             raise FormatError(f"'{new}' is already in the series", path=self.path)

@@ -98,6 +98,14 @@ class PatchResult:
                 return f, bad
         return None
 
+    def failure_text(self) -> str:
+        """Where it first failed: 'path hunk #N (expected near line L)' or 'path [status]'; '' if it did not."""
+        failure = self.first_failure()
+        if failure is None:
+            return ""
+        f, h = failure
+        return f"{f.path}" + (f" hunk #{h.index + 1} (expected near line {h.line})" if h else f" [{f.status}]")
+
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "id": self.patch_id, "status": self.status, "files": [f.to_json() for f in self.files]}
 

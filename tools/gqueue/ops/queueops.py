@@ -240,10 +240,8 @@ def fold(ws: Workspace, name: str) -> NameResult:
     outcome = apply_patch(view, patch, strip=entry.strip)  # the same checks as push, with the series' -pN
     failure = outcome.first_failure()
     if failure is not None:
-        f, h = failure
-        where = f" hunk #{h.index + 1} (expected near line {h.line})" if h else f" [{f.status}]"
-        raise ConflictError(f"{name} does not apply on {stack.top.name}: {f.path}{where}; nothing was changed",
-                            path=f"{QUEUE}/{name}", line=f.line)
+        raise ConflictError(f"{name} does not apply on {stack.top.name}: {outcome.failure_text()}; nothing was changed",
+                            path=f"{QUEUE}/{name}", line=failure[0].line)
     write_edits(ws.repo.path, outcome.changes)  # the tree is clean under the lock
     # the patch leaves the series before the refresh: a kill in between leaves its changes in
     # work/ as unrefreshed edits (and its file in .gqueue/deleted/), never the patch twice
