@@ -10,6 +10,7 @@ is never taken silently: the outcome says.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 from .diff import FileDiff, Hunk, byte_lines
 
@@ -52,21 +53,27 @@ def _matches(lines: list[bytes], pos: int, want: list[bytes]) -> bool:
     return lines[pos : pos + len(want)] == want
 
 
-def _find(lines: list[bytes], want: list[bytes], expected: int, floor: int) -> int | None:
-    """Nearest position >= floor where ``want`` matches, searching outward from ``expected``."""
+def _positions(lines: list[bytes], want: list[bytes], expected: int, floor: int) -> Iterator[int]:
+    """Every position >= floor where ``want`` matches, nearest to ``expected`` first (at an equal
+    distance, the one after it first), as patch looks for a hunk."""
     if not want:
-        return max(min(expected, len(lines)), floor)
+        yield max(min(expected, len(lines)), floor)
+        return
     limit = max(len(lines) - len(want), 0)
     expected = min(max(expected, floor), limit)
     for delta in range(0, len(lines) + 1):
         before, after = expected - delta, expected + delta
         if after <= limit and _matches(lines, after, want):
-            return after
+            yield after
         if delta and before >= floor and _matches(lines, before, want):
-            return before
+            yield before
         if before < floor and after > limit:
-            return None
-    return None
+            return
+
+
+def _find(lines: list[bytes], want: list[bytes], expected: int, floor: int) -> int | None:
+    """Nearest position >= floor where ``want`` matches, searching outward from ``expected``."""
+    return next(_positions(lines, want, expected, floor), None)
 
 
 def _anchor(hunk: Hunk) -> str | None:
@@ -192,10 +199,6 @@ def _reindent(ours: bytes, theirs: bytes) -> Reindent:
     return Reindent(remove=a[: len(a) - same], add=b[: len(b) - same])
 
 
-def _loose_at(lines: list[bytes], pos: int, keys: list[bytes]) -> bool:
-    return pos + len(keys) <= len(lines) and all(lines[pos + i].strip(_BLANKS) == k for i, k in enumerate(keys))
-
-
 def apply_ignoring_whitespace(old: bytes, hunk: Hunk, expected: int) -> tuple[bytes, int, Reindent] | None:
     """Apply one hunk whose context and removed lines match the text only with their leading and
     trailing whitespace ignored (as after a re-indent or a formatter's run).
@@ -204,30 +207,29 @@ def apply_ignoring_whitespace(old: bytes, hunk: Hunk, expected: int) -> tuple[by
     the matched lines were. That has to be one way for every non-blank matched line (a region
     re-indented as a whole), else the added lines' place would be a guess and None is returned,
     as it is where the hunk matches exactly (that is no whitespace case) or nowhere. ``expected``
-    is the 0-based line it is looked for at first; a hunk with context on one side only matches
-    only at that end of the file, as in :func:`apply_hunks`. Returns the new text, the 1-based line
-    and the re-indent.
+    is the 0-based line it is looked for at first; the places are tried in :func:`apply_hunks`'
+    order (a hunk with context on one side only matches only at that end of the file). Returns
+    the new text, the 1-based line and the re-indent.
     """
     lines = split_lines(old)
     want = hunk.old_lines()
     keys = [w.strip(_BLANKS) for w in want]
     if not any(keys):
         return None
+    stripped = [line.strip(_BLANKS) for line in lines]
     anchor = _anchor(hunk)
     if anchor is not None:
         at = len(lines) - len(want) if anchor == "end" else 0
-        candidates = [at] if at >= 0 else []
+        candidates: Iterator[int] = iter([at] if at >= 0 and _matches(stripped, at, keys) else [])
     else:
-        limit = len(lines) - len(want)
-        expected = min(max(expected, 0), max(limit, 0))
-        candidates = sorted(range(0, limit + 1), key=lambda p: (abs(p - expected), p < expected))  # as _find
+        candidates = _positions(stripped, keys, expected, 0)
+    plain = any(t.strip(_BLANKS) for tag, t in hunk.lines if tag == b"+")
     for pos in candidates:
-        if not _loose_at(lines, pos, keys) or lines[pos : pos + len(want)] == want:
+        if lines[pos : pos + len(want)] == want:
             continue
         ways = {_reindent(w, lines[pos + i]) for i, w in enumerate(want) if w.strip(_BLANKS)}
-        added = [t for tag, t in hunk.lines if tag == b"+"]
         if len(ways) != 1:
-            if any(t.strip(_BLANKS) for t in added):
+            if plain:
                 continue
             ways = {Reindent()}
         way = ways.pop()

@@ -88,15 +88,15 @@ class Series:
         ``before``'s line or right below ``after``'s; other lines stay as they are."""
         if (before is None) == (after is None) or name in (before, after):
             raise ValueError("move needs one other entry, before or after")
-        entry = self.entries[self.index(name)]
+        source = self.entries[self.index(name)].line - 1
+        anchor = self.entries[self.index(before or after or "")].line
+        target = anchor - 1 if before is not None else anchor
         lines = list(self.lines)
         if not lines[-1].endswith("\n"):
             lines[-1] += "\n"
-        moved = lines[entry.line - 1]
-        lines[entry.line - 1] = None  # type: ignore[call-overload]  # dropped below, after the insert
-        anchor = self.entries[self.index(before or after or "")]
-        lines.insert(anchor.line - 1 if before is not None else anchor.line, moved)
-        return parse_series("".join(line for line in lines if line is not None), path=self.path)
+        lines.insert(target, lines[source])
+        del lines[source + (target <= source)]
+        return parse_series("".join(lines), path=self.path)
 
     def rename(self, old: str, new: str) -> "Series":
         if new in self:

@@ -16,8 +16,8 @@ from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.git import CommitSpec
 from ..vcs.worktree import write_edits
 from .engine import TreeView, apply_patch, touched_paths
-from .stackops import (PENDING, commit_author, commit_message, pop, push, refresh, require_clean, require_refreshed,
-                       require_top_unedited)
+from .stackops import (PENDING, commit_author, commit_message, first_failure_in_order, pop, push, refresh,
+                       require_clean, require_refreshed, require_top_unedited)
 from .transaction import move, queue_edit
 from .workspace import Stack, Workspace
 
@@ -209,18 +209,15 @@ def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
 def _require_reapplies(ws: Workspace, series: Series, stack: Stack, index: int) -> None:
     """Rename pops the applied patches from ``index`` up and pushes them again: refuse before
     anything changes when one of them no longer applies (its file was edited since its push)."""
-    view = TreeView(ws.repo, stack.commit_below(index))
-    for entry in series.entries[index : len(stack.applied)]:
-        patch = ws.store.read_patch(entry.name, line=entry.line)
-        outcome = apply_patch(view, patch, strip=entry.strip)
-        failure = outcome.first_failure()
-        if failure is not None:
-            raise ConflictError(
-                f"{entry.name} no longer applies where it is pushed ({failure[0].path}: {failure[0].status}), "
-                "and renaming pops and pushes it again; nothing was changed",
-                path=f"{QUEUE}/{entry.name}", line=failure[0].line,
-                hint="its file was edited since it was pushed: undo the edit, or pop below it and push it again first",
-            )
+    failed = first_failure_in_order(ws, stack.commit_below(index), series.entries[index : len(stack.applied)])
+    if failed is not None:
+        entry, _outcome, f = failed
+        raise ConflictError(
+            f"{entry.name} no longer applies where it is pushed ({f.path}: {f.status}), "
+            "and renaming pops and pushes it again; nothing was changed",
+            path=f"{QUEUE}/{entry.name}", line=f.line,
+            hint="its file was edited since it was pushed: undo the edit, or pop below it and push it again first",
+        )
 
 
 def fold(ws: Workspace, name: str) -> NameResult:

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from ..errors import ConflictError, UsageError
 from ..model.series import Series
 from ..store import QUEUE
-from .engine import TreeView, apply_patch, touched_paths
-from .stackops import check_stack_matches, pop, push, require_clean, require_refreshed
+from .stackops import check_stack_matches, first_failure_in_order, pop, push, require_clean, require_refreshed
 from .workspace import Stack, Workspace
 
 
@@ -32,13 +31,9 @@ def applied_after(names: list[str], applied: list[str], name: str) -> list[str]:
     stays applied (the stack is a prefix of the series), and not when it lands above one that
     stays unapplied; where the two meet, it keeps its own state."""
     kept = set(applied) - {name}
-    below = names[names.index(name) + 1 :]
-    if any(n in kept for n in below):
-        wanted = kept | {name}
-    elif name in applied and not any(n not in kept for n in names[: names.index(name)]):
-        wanted = kept | {name}
-    else:
-        wanted = kept
+    at = names.index(name)
+    stays = any(n in kept for n in names[at + 1 :]) or (name in applied and all(n in kept for n in names[:at]))
+    wanted = kept | {name} if stays else kept
     out: list[str] = []
     for n in names:
         if n not in wanted:
@@ -90,16 +85,11 @@ def move_patch(ws: Workspace, name: str, *, before: str | None = None, after: st
 
 def _require_applies(ws: Workspace, series: Series, stack: Stack, index: int, names: list[str]) -> None:
     """Every patch in ``names`` applies, in that order, on applied patch number ``index``'s parent."""
-    view = TreeView(ws.repo, stack.commit_below(index))
-    entries = [series.entries[series.index(n)] for n in names]
-    patches = [ws.store.read_patch(e.name, line=e.line) for e in entries]
-    view.prefetch(touched_paths(patches))
-    for entry, patch in zip(entries, patches):
-        outcome = apply_patch(view, patch, strip=entry.strip)
-        failure = outcome.first_failure()
-        if failure is not None:
-            raise ConflictError(
-                f"{entry.name} would not apply in the new order: {outcome.failure_text()}; nothing was changed",
-                path=f"{QUEUE}/{entry.name}", line=failure[0].line,
-                hint="the patches it would move past change the same lines: fold or edit them first",
-            )
+    failed = first_failure_in_order(ws, stack.commit_below(index), [series.entries[series.index(n)] for n in names])
+    if failed is not None:
+        entry, outcome, f = failed
+        raise ConflictError(
+            f"{entry.name} would not apply in the new order: {outcome.failure_text()}; nothing was changed",
+            path=f"{QUEUE}/{entry.name}", line=f.line,
+            hint="the patches it would move past change the same lines: fold or edit them first",
+        )

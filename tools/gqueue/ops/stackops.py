@@ -13,7 +13,7 @@ from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
 from ..model.diff import FileDiff, parse_diff
-from .engine import REGULAR_MODES, PatchResult, TreeView, apply_patch, touched_paths
+from .engine import REGULAR_MODES, FileResult, PatchResult, TreeView, apply_patch, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
 
@@ -87,6 +87,21 @@ def require_refreshed(ws: Workspace) -> None:
             f"'{name}' was pushed with --force and needs a refresh first", path=f"queue/{name}",
             hint="fix the conflicts in work/, then run 'gqueue refresh'",
         )
+
+
+def first_failure_in_order(ws: Workspace, base: str,
+                           entries: list[SeriesEntry]) -> tuple[SeriesEntry, PatchResult, FileResult] | None:
+    """The first of ``entries`` that does not apply when they are applied in order, in memory, on
+    commit ``base``: the entry, what it did and its first failing file; None when they all apply."""
+    view = TreeView(ws.repo, base)
+    patches = [ws.store.read_patch(e.name, line=e.line) for e in entries]
+    view.prefetch(touched_paths(patches))
+    for entry, patch in zip(entries, patches):
+        outcome = apply_patch(view, patch, strip=entry.strip)
+        failure = outcome.first_failure()
+        if failure is not None:
+            return entry, outcome, failure[0]
+    return None
 
 
 def check_stack_matches(stack: Stack, series: Series) -> None:
