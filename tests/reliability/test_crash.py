@@ -244,3 +244,31 @@ def test_new_killed_at_any_point_is_on_the_stack_if_it_is_in_the_series(tmp_path
             break
     else:
         raise AssertionError("new was still killed after 59 effects")
+
+
+# --- a command whose recovery fails lets its lock go (issue 38, item 9) ----------------------------
+
+
+def test_failed_recovery_releases_the_lock(tmp_path: Path) -> None:
+    """Recovery that refuses (an interrupted move with changes gqueue did not make) ends the
+    command with an error; its lock record must go with it, or the next command reports clearing
+    a 'stale lock' of a process that was never killed."""
+    from synth import make_queue
+
+    q = make_queue(tmp_path)
+    for name, body in ck.PATCHES.items():
+        q.write_patch(name, body)
+    q.set_series(*ck.PATCHES)
+    q.run("checkout")
+    q.run("push", "--all")
+    head = ck.git(q.work, "rev-parse", "HEAD").strip()
+    base = ck.git(q.work, "rev-parse", "gqueue/pin/vllm-0.1.0^{commit}").strip()
+    journal = {"op": "pop", "old": head, "new": base}
+    (q.root / ".gqueue" / "journal.json").write_text(json.dumps(journal))
+    (q.work / "vllm" / "parser.py").write_text("# an edit of a file the pop changes\n")
+    (q.work / "vllm" / "config.py").write_text("# an edit of a file it does not\n")
+    refused = q.run("push", check=False)
+    assert refused.returncode == 1 and "gqueue repair" in refused.stderr, refused.stderr
+    assert json.loads((q.root / ".gqueue" / "lock").read_text() or "{}").get("pid") is None
+    fixed = q.run("repair")
+    assert "stale lock" not in fixed.stderr + fixed.stdout, fixed.stderr

@@ -6,6 +6,7 @@ never in force; the holder record it left behind is reported as stale and replac
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
@@ -71,6 +72,9 @@ class QueueLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self.fd = fd
+        # a process that ends in any other way than a kill lets its record go with the lock, so
+        # that a record left behind always means a holder that was killed
+        atexit.register(self.release)
         return self
 
     def release(self) -> None:
@@ -79,6 +83,7 @@ class QueueLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
+            atexit.unregister(self.release)
 
     def __enter__(self) -> "QueueLock":
         return self.acquire()

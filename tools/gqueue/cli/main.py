@@ -30,10 +30,14 @@ class Context:
     def workspace(self, *, lock: bool = True) -> Workspace:
         ws = Workspace(self.store(), self.reporter)
         if lock:
-            ws.lock()
             from ..ops.recovery import recover
 
-            recover(ws, repairing=self.command == "repair")
+            try:
+                ws.lock()
+                recover(ws, repairing=self.command == "repair")
+            except BaseException:
+                ws.close()  # the boundary never sees this workspace: let its lock go here
+                raise
         return ws
 
 
