@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from ..errors import ExitCode, FormatError, StateError, UsageError
+from ..errors import ExitCode, FormatError, GqueueError, StateError, UsageError
 from ..model.policies import POLICIES
-from ..ops import stackops
+from ..ops import naming, stackops
 from ..ops.workspace import Workspace
 from .main import Context, boundary, cli
 from .render import push_report
@@ -82,6 +82,24 @@ def _count(all_: bool, count: int | None) -> int | None:
     return None if all_ else (count or 1)
 
 
+def _target(ws: Workspace, target: str | None, all_: bool, count: int | None) -> tuple[str | None, int | None]:
+    """push's and pop's TARGET resolved (a name, an id, a unique prefix), or, as in quilt, a
+    number of patches; returns (target, count)."""
+    if target is None:
+        return None, _count(all_, count)
+    resolved = naming.push_target(ws.store, target)
+    if not isinstance(resolved, int):
+        return resolved, None
+    if all_ or count is not None:
+        raise UsageError(f"'{target}' and {'--all' if all_ else '-n'} both say how many; give one")
+    return None, resolved
+
+
+def _name(ws: Workspace, query: str, *, stored: bool = False) -> str:
+    """A patch named on the command line: file name, name without .patch, id or unique prefix."""
+    return naming.patch_name(ws.store, query, stored=stored)
+
+
 @cli.command()
 @click.argument("target", required=False)
 @click.option("-a", "--all", "all_", is_flag=True, help="Push the whole series.")
@@ -97,12 +115,13 @@ def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force
          refresh_moved: bool, profile: str | None, policy: str | None) -> Result:
     """Apply the next patch(es) of the series, one commit each."""
     selected = plan.filtered_series(ws.store, profile, policy) if profile or policy else None
+    target, how_many = _target(ws, target, all_, count)
     if refresh_moved:
         if force:
             raise UsageError("--refresh and --force do not go together (a forced push leaves rejects to resolve)")
-        result = stackops.push_refreshing(ws, count=_count(all_, count), target=target, fuzz=fuzz, series=selected)
+        result = stackops.push_refreshing(ws, count=how_many, target=target, fuzz=fuzz, series=selected)
     else:
-        result = stackops.push(ws, count=_count(all_, count), target=target, force=force, fuzz=fuzz, series=selected)
+        result = stackops.push(ws, count=how_many, target=target, force=force, fuzz=fuzz, series=selected)
     code = ExitCode.CONFLICT if result.failed is not None else ExitCode.OK
     return result.to_json(), push_report(result), code
 
@@ -115,7 +134,10 @@ def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force
 @boundary("pop")
 def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool) -> Result:
     """Unapply patches; with TARGET, pop until TARGET is the top."""
-    result = stackops.pop(ws, count=_count(all_, count), target=target, force=force)
+    target, how_many = _target(ws, target, all_, count)
+    result = stackops.pop(ws, count=how_many, target=target, force=force)
+    if not result.popped:
+        return result.to_json(), "nothing to pop: no patch is applied", ExitCode.OK
     text = f"popped {len(result.popped)} patch(es); " + (f"now at {result.top}" if result.top else "no patch applied")
     return result.to_json(), text, ExitCode.OK
 
@@ -126,6 +148,7 @@ def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force:
 @boundary("goto")
 def goto(ws: Workspace, name: str, force: bool) -> Result:
     """Push or pop until NAME is the top patch."""
+    name = _name(ws, name)
     result = stackops.goto(ws, name, force=force)
     if isinstance(result, stackops.PushResult):
         return result.to_json(), push_report(result), ExitCode.CONFLICT if result.failed else ExitCode.OK
@@ -139,8 +162,10 @@ def refresh(ws: Workspace, force: bool) -> Result:
     """Write the work tree's changes into the top patch (its header is kept)."""
     result = stackops.refresh(ws, force=force)
     text = f"refreshed {result.name} ({len(result.files)} file(s))" if result.changed else f"{result.name} unchanged"
-    if result.above > 0:
-        text += "\n(patches above it that now land at an offset: 'gqueue push --all --refresh' rewrites them)"
+    if result.moved:
+        shown = ", ".join(result.moved[:5]) + (f" and {len(result.moved) - 5} more" if len(result.moved) > 5 else "")
+        text += (f"\n{len(result.moved)} patch(es) above it now land elsewhere in its files ({shown}): "
+                 "'gqueue push --all --refresh' rewrites those that land at an offset")
     return result.to_json(), text, ExitCode.OK
 
 
@@ -227,6 +252,7 @@ def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Re
 def diff(ws: Workspace, name: str | None) -> Result:
     """The top patch's diff including unrefreshed changes; or NAME's diff as stored."""
     stack = ws.stack()
+    name = _name(ws, name, stored=True) if name is not None else None
     if name is None or (stack.top and name == stack.top.name):
         if stack.top is None:
             raise StateError("no patch is applied")
@@ -250,6 +276,8 @@ def files(ws: Workspace, name: str | None) -> Result:
         if top_patch is None:
             raise StateError("no patch is applied")
         name = top_patch.name
+    else:
+        name = _name(ws, name, stored=True)
     series = ws.store.read_series()
     strip = series.entries[series.index(name)].strip if name in series else 1  # the entry's -pN
     paths = [fd.path for fd in file_diffs(ws.store.read_patch(name), strip)]
@@ -267,14 +295,26 @@ def header(ws: Workspace, name: str | None, edit: bool) -> Result:
         if top_patch is None:
             raise StateError("no patch is applied")
         name = top_patch.name
+    else:
+        name = _name(ws, name, stored=True)
     patch = ws.store.read_patch(name)
     text = queueops.header_text(patch)
     if edit:
         edited = _edit_text(text, ws)
         if edited != text:
-            patch = queueops.replace_header(ws.store, patch, edited)
+            try:
+                patch = queueops.replace_header(ws.store, patch, edited)
+            except GqueueError as exc:  # nothing the user wrote is lost
+                kept = f"your edit is kept in {ws.store.rel(_saved_edit(ws))}"
+                exc.hint = f"{exc.hint}; {kept}" if exc.hint else kept
+                raise
             text = queueops.header_text(patch)
     return {"name": name, "header": patch.meta.raw}, text.rstrip("\n"), ExitCode.OK
+
+
+def _saved_edit(ws: Workspace) -> Path:
+    """Where header --edit keeps what the editor left (a refused edit is not lost)."""
+    return ws.state_dir / "saved" / "last-header-edit.yaml"
 
 
 def _edit_text(text: str, ws: Workspace) -> str:
@@ -292,7 +332,7 @@ def _edit_text(text: str, ws: Workspace) -> str:
             raise FormatError("the edited header is not valid UTF-8; the header is unchanged",
                               path=".gqueue/saved/last-header-edit.yaml", line=raw[: exc.start].count(b"\n") + 1) from None
     finally:
-        saved = ws.state_dir / "saved" / "last-header-edit.yaml"
+        saved = _saved_edit(ws)
         saved.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             saved.write_bytes(path.read_bytes())
@@ -306,6 +346,7 @@ def _edit_text(text: str, ws: Workspace) -> str:
 @boundary("delete")
 def delete(ws: Workspace, name: str, keep: bool) -> Result:
     """Remove a patch from the series (the file goes to .gqueue/deleted/ unless --keep)."""
+    name = _name(ws, name)
     result = queueops.delete(ws, name, keep_file=keep)
     return result.to_json(), f"{name}: {result.detail}", ExitCode.OK
 
@@ -316,6 +357,7 @@ def delete(ws: Workspace, name: str, keep: bool) -> Result:
 @boundary("rename")
 def rename(ws: Workspace, old: str, new_name: str) -> Result:
     """Rename a patch (file, series entry and, if applied, its commit)."""
+    old = _name(ws, old)
     result = queueops.rename(ws, old, new_name)
     return result.to_json(), f"renamed {old} to {new_name}", ExitCode.OK
 
@@ -335,6 +377,9 @@ def move(ws: Workspace, name: str, before: str | None, after: str | None, first:
     checked before anything changes (a conflict exits 3 and changes nothing)."""
     if sum((before is not None, after is not None, first, last)) != 1:
         raise UsageError("say where: one of --before OTHER, --after OTHER, --first, --last")
+    name = _name(ws, name)
+    before = _name(ws, before) if before is not None else None
+    after = _name(ws, after) if after is not None else None
     result = reorder.move_patch(ws, name, before=before, after=after, first=first, last=last)
     if not result.changed:
         return result.to_json(), f"{name} is already there", ExitCode.OK
@@ -350,6 +395,7 @@ def move(ws: Workspace, name: str, before: str | None, after: str | None, first:
 @boundary("fold")
 def fold(ws: Workspace, name: str) -> Result:
     """Fold the unapplied patch NAME into the top patch."""
+    name = _name(ws, name)
     result = queueops.fold(ws, name)
     return result.to_json(), f"folded {name} {result.detail}", ExitCode.OK
 
@@ -360,6 +406,18 @@ def repair(ws: Workspace) -> Result:
     """Bring the stack back to a consistent state and say what was done."""
     result = recovery.repair(ws)
     return result.to_json(), "\n".join(result.actions), ExitCode.OK
+
+
+def _forced_push_status(name: str, dirty: list[str], info: dict[str, Any]) -> list[str]:
+    """status's lines on a forced push waiting for its refresh: the .rej files and what to do."""
+    rejects = sorted(p for p in dirty if p.endswith(".rej"))
+    info["forced_push"] = {"patch": name, "rejects": rejects}
+    lines = [f"{name} was pushed with --force and needs a refresh; its failed hunks are in "
+             f"{len(rejects)} .rej file(s):"]
+    lines += [f"  work/{path}" for path in rejects]
+    lines.append("make those changes in work/ (then delete nothing: refresh drops the .rej files), "
+                 "then 'gqueue refresh'; or 'gqueue pop -f' to drop the partial push")
+    return lines
 
 
 @cli.command()
@@ -377,6 +435,8 @@ def status(ws: Workspace) -> Result:
         lines.append(f"applied: {len(stack.applied)}" + (f", top {stack.top.name}" if stack.top else ""))
         if dirty:
             lines.append(f"unrefreshed changes: {len(dirty)} file(s)")
+        if ws.needs_refresh_path.exists():
+            lines += _forced_push_status(ws.needs_refresh_path.read_text().strip(), dirty, info)
         if ws.read_journal():
             lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
         rebasing = (ws.state_dir / "rebase").exists()

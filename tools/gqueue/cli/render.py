@@ -24,7 +24,39 @@ def hunk_summary(result: PatchResult) -> str:
     return "; ".join(parts)
 
 
+def failing_hunks(result: PatchResult) -> list[str]:
+    """Every hunk (or whole file) of ``result`` that did not apply, one 'file: where' each."""
+    out = []
+    for f in result.files:
+        if f.status in ("clean", "offset"):
+            continue
+        bad = [h for h in f.hunks if h.status not in ("clean", "offset")]
+        if not bad:
+            out.append(f"{f.path} [{f.status}]")
+        for h in bad:
+            what = "needs fuzz " + str(h.fuzz) if h.status == "fuzz" else h.status
+            out.append(f"{f.path}: hunk #{h.index + 1} of {len(f.hunks)}, expected near line {h.line} [{what}]")
+    return out
+
+
+def ways_forward(result: PatchResult, *, forced: bool) -> list[str]:
+    """What the user can do next after ``result`` failed to push (or was pushed with --force)."""
+    name = result.name
+    if forced:
+        return ["  next: the hunks that failed are in work/ as FILE.rej; make those changes in work/,",
+                "        then 'gqueue refresh' (or 'gqueue pop -f' to drop the partial push)"]
+    lines = ["  ways forward:",
+             "    gqueue push -f           apply what applies, leave .rej files in work/; edit, then 'gqueue refresh'",
+             f"    edit queue/{name}   fix the hunks by hand, then push again"]
+    if any(h.status == "fuzz" for f in result.files for h in f.hunks):
+        lines.append("    gqueue push --fuzz N     accept hunks that need up to N lines of fuzz")
+    lines.append("    gqueue check --pin SPEC  the drift of every hunk against a pin (what changed upstream)")
+    return lines
+
+
 def push_report(result: PushResult) -> str:
+    if not result.pushed and result.failed is None:
+        return "nothing to push: the whole series is applied" + (f" (top {result.top})" if result.top else "")
     lines = []
     for r in result.pushed:
         hunks = sum(len(f.hunks) for f in r.files)
@@ -34,10 +66,11 @@ def push_report(result: PushResult) -> str:
         if offset:
             lines.append(f"    {hunk_summary(r)}")
     if result.failed is not None:
-        text = result.failed.failure_text()
-        where = f": {text}" if text else ""
         verb = "FORCED (rejects left)" if result.forced else "FAILED"
-        lines.append(f"{verb:<34} {result.failed.name}{where}")
+        failing = failing_hunks(result.failed)
+        lines.append(f"{verb:<34} {result.failed.name}" + (f": {len(failing)} hunk(s) do not apply" if failing else ""))
+        lines += [f"    {where}" for where in failing]
+        lines += ways_forward(result.failed, forced=result.forced)
     for name in result.refreshed:
         lines.append(f"{'refreshed':<34} {name}  (rewritten to where its hunks landed)")
     if result.top:

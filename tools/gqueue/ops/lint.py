@@ -102,7 +102,10 @@ def _pin_version(store: Store, findings: list[Finding]) -> str | None:
         return None
 
 
-def lint(store: Store) -> LintReport:
+def lint(store: Store, *, instead: dict[str, bytes] | None = None) -> LintReport:
+    """Every rule over the queue; ``instead``: patch files' contents to lint in place of what
+    queue/ holds (an edit checked before it is written)."""
+    instead = instead or {}
     findings: list[Finding] = []
     series = _read_series(store, findings)
     pin_version = _pin_version(store, findings)
@@ -110,7 +113,8 @@ def lint(store: Store) -> LintReport:
     strips = {e.name: e.strip for e in series.entries} if series else {}
     views: dict[str, HeaderView] = {}
     for name in files:
-        view, problems = read_view(name, (store.queue_dir / name).read_bytes())
+        data = instead[name] if name in instead else (store.queue_dir / name).read_bytes()
+        view, problems = read_view(name, data)
         views[name] = view
         findings.extend(problems)
         findings.extend(check_patch(view, pin_version=pin_version, strip=strips.get(name, 1)))
@@ -149,3 +153,23 @@ def check_profiles(store: Store) -> list[Finding]:
 def describe_rules() -> list[tuple[str, str, str]]:
     """(rule, severity, description) for --list-rules and the documentation."""
     return [(rule, severity, text) for rule, (severity, text) in RULES.items()]
+
+
+def new_errors(before: LintReport, after: LintReport) -> list[Finding]:
+    """The errors of ``after`` that ``before`` does not have (compared without their lines,
+    which an edit shifts)."""
+    old: dict[tuple[str, str, str], int] = {}
+    for f in before.findings:
+        if f.severity == ERROR:
+            key = (f.path, f.rule, f.message)
+            old[key] = old.get(key, 0) + 1
+    out = []
+    for f in after.findings:
+        if f.severity != ERROR:
+            continue
+        key = (f.path, f.rule, f.message)
+        if old.get(key, 0) > 0:
+            old[key] -= 1
+        else:
+            out.append(f)
+    return out

@@ -262,8 +262,25 @@ def replace_header(store: Store, patch: PatchFile, header_yaml: str) -> PatchFil
         if owner is not None:
             raise FormatError(f"the id '{updated.meta.id}' is already the id of {owner}",
                               path=f"{QUEUE}/{patch.name}", line=updated.meta.line_of("id"))
+    _require_lints_as_before(store, patch, updated)
     store.write_patch(updated)
     return updated
+
+
+def _require_lints_as_before(store: Store, patch: PatchFile, updated: PatchFile) -> None:
+    """Refuse a header edit that gives lint an error it did not have (a bad value, a requires
+    naming no patch, an id the file name does not start with): lint's own rules, checked now
+    instead of at the next lint."""
+    from .lint import lint, new_errors
+
+    before = lint(store)
+    after = lint(store, instead={patch.name: format_patch(updated)})
+    found = new_errors(before, after)
+    if found:
+        first = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise FormatError(f"{first.message} [{first.rule}]{more}; the header is unchanged", path=first.path,
+                          line=first.line, ref="header-invalid")
 
 
 def header_text(patch: PatchFile) -> str:

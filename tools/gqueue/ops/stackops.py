@@ -13,7 +13,7 @@ from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
 from ..model.diff import FileDiff, parse_diff
-from .engine import REGULAR_MODES, FileResult, PatchResult, TreeView, apply_patch, touched_paths
+from .engine import REGULAR_MODES, FileResult, PatchResult, TreeView, apply_patch, file_diffs, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
 
@@ -123,6 +123,8 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
     stack = ws.stack()
     check_stack_matches(stack, series)
     require_refreshed(ws)
+    if count is None and target is None and len(stack.applied) >= len(series.entries):
+        return PushResult(top=stack.top.name if stack.top else None)  # --all: nothing to do (git rebase, StGit)
     status = ws.repo.dirty_paths_later()  # git status runs while the patches are read
     try:
         pending, loaded, view = _prepare_push(ws, stack, series, count, target)
@@ -168,7 +170,10 @@ def push_refreshing(ws: Workspace, *, count: int | None = 1, target: str | None 
     written before the stack moves: a killed run leaves either the old stack (and at most that
     one file rewritten, which still applies) or the new one, and running it again continues."""
     series = series if series is not None else ws.store.read_series()
-    names = [e.name for e in _select_pending(ws.stack(), series, count, target)]
+    stack = ws.stack()
+    if count is None and target is None and len(stack.applied) >= len(series.entries):
+        return push(ws, count=None, series=series)  # --all with nothing left: push's own answer
+    names = [e.name for e in _select_pending(stack, series, count, target)]
     total = PushResult()
     for _ in names:
         step = push(ws, count=1, fuzz=fuzz, series=series, refresh_moved=True)
@@ -288,6 +293,8 @@ def _write_rejects(ws: Workspace, outcome: PatchResult | None) -> None:
 def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False) -> MoveResult:
     stack = ws.stack()
     if not stack.applied:
+        if count is None and target is None:
+            return MoveResult([], None)  # --all: nothing to do
         raise StateError("no patch is applied")
     names = stack.names
     if target is not None:
@@ -333,10 +340,12 @@ class RefreshResult:
     name: str
     changed: bool
     files: list[str]
-    above: int = 0  # patches of the series above it (when changed: they may now land at an offset)
+    above: int = 0  # patches of the series above it
+    moved: list[str] = field(default_factory=list)  # those of them whose hunks in its files now land elsewhere
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "changed": self.changed, "files": self.files, "above": self.above}
+        return {"name": self.name, "changed": self.changed, "files": self.files, "above": self.above,
+                "moved": self.moved}
 
 
 def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
@@ -369,7 +378,40 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     ws.clear_journal()
     if forced_push:
         os.unlink(ws.needs_refresh_path)
-    return RefreshResult(top.name, True, files, len(series.entries) - len(stack.applied))
+    rest = series.entries[len(stack.applied) :]
+    return RefreshResult(top.name, True, files, len(rest), moved_above(ws, rest, top.commit, new_commit, set(files)))
+
+
+def moved_above(ws: Workspace, entries: tuple[SeriesEntry, ...], old: str, new: str, files: set[str]) -> list[str]:
+    """Which of ``entries`` (the patches above a refreshed one, in order) touch ``files`` and
+    land somewhere else (another line, or not at all) on ``new`` than on ``old``: those a
+    'push --refresh' would rewrite. Patches that touch none of ``files`` cannot have moved."""
+    relevant: list[tuple[SeriesEntry, PatchFile]] = []
+    for entry in entries:
+        try:
+            patch = ws.store.read_patch(entry.name, line=entry.line)
+            if any(fd.path in files for fd in file_diffs(patch, entry.strip)):
+                relevant.append((entry, patch))
+        except (FormatError, UnsafePatchError):
+            continue  # push reports what is wrong with it
+    if not relevant:
+        return []
+    views = TreeView(ws.repo, old), TreeView(ws.repo, new)
+    for view in views:
+        view.prefetch(files)
+    moved = []
+    for entry, patch in relevant:
+        try:
+            before, after = (apply_patch(view, patch, strip=entry.strip) for view in views)
+        except UnsafePatchError:
+            continue
+        if _landing(before) != _landing(after):
+            moved.append(entry.name)
+    return moved
+
+
+def _landing(outcome: PatchResult) -> list[tuple[str, str, tuple[tuple[str, int], ...]]]:
+    return [(f.path, f.status, tuple((h.status, h.line) for h in f.hunks)) for f in outcome.files]
 
 
 def _strip_of(series: Series, name: str) -> int:
