@@ -259,7 +259,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("delete-unapplied", "delete", ("delete", "A3-newfile.patch"), setup=(("push",),), multi_file=True),
     Scenario("rename", "rename", ("rename", "A2-util.patch", "A2-renamed.patch"), setup=(("push", "--all"),),
              compound=True, multi_file=True),
-    Scenario("move", "move", ("move", "A3-newfile.patch", "--first"), setup=(("push", "--all"),), compound=True),
+    Scenario("move", "move", ("move", "A3-newfile.patch", "--first"), setup=(("push", "--all"),)),  # old or new
     Scenario("import", "import", ("import", "../import-src/B1-imported.patch", "../import-src/B2-dep3.patch"),
              setup=(("push",),), multi_file=True,
              extra_files={"import-src/B1-imported.patch": _IMPORT_SRC, "import-src/B2-dep3.patch": _IMPORT_DEP3}),

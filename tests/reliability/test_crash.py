@@ -272,3 +272,32 @@ def test_failed_recovery_releases_the_lock(tmp_path: Path) -> None:
     assert json.loads((q.root / ".gqueue" / "lock").read_text() or "{}").get("pid") is None
     fixed = q.run("repair")
     assert "stale lock" not in fixed.stderr + fixed.stdout, fixed.stderr
+
+
+# --- move: old or new, never the stack popped under the new series (issue 38, item 6) --------------
+
+
+@pytest.mark.parametrize("recovery", ["repair", "rerun"])
+def test_move_killed_between_its_steps_is_old_or_new(recovery: str, templates: ck.Templates, tmp_path: Path) -> None:
+    """Killed right after the series is written (the applied patches popped, none pushed again):
+    the next command must push the stack on to the new order. It said 'already there' and
+    'nothing to repair', and the patches stayed unapplied."""
+    scenario = ck.SCENARIOS["move"]
+    new = templates.new_state(scenario)[0]
+    hit = 0
+    for n in range(1, 80):
+        root = templates.copy(scenario, tmp_path / f"n{n}")
+        result = ck.run(root, scenario.args, crash_after=n)
+        if not result.killed:
+            break
+        now = ck.snapshot(root)
+        if now.series != new.series or now.applied == new.applied or now.journal:
+            continue
+        hit += 1
+        args = ("repair",) if recovery == "repair" else scenario.args
+        after = ck.run(root, args)
+        assert after.code == 0, after.stderr
+        assert "interrupted move" in after.stderr + after.stdout, after.stderr
+        assert ck.applied_names(root / "work") == new.applied
+        assert ck.snapshot(root).files == new.files
+    assert hit, "no kill point between the series write and the push"

@@ -94,6 +94,17 @@ def _switch(ws: Workspace, old: str, new: str) -> bool:
 
 
 def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
+    """Finish or undo what an interrupted command left: its stack move, then its other steps."""
+    actions = _recover_stack(ws, repairing=repairing)
+    from .reorder import recover_move  # reorder works through stackops, which needs this module's peers
+
+    later = recover_move(ws)
+    for action in later:
+        ws.reporter.note(action)
+    return [*actions, *later]
+
+
+def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
     """Look at the journal left by an interrupted command and finish or undo it."""
     early = _sweep_temporaries(ws) + _clear_git_locks(ws) + recover_queue_edit(ws) + _restore_checkout(ws)
     for action in early:
