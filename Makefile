@@ -16,6 +16,7 @@ run: $(VENV)/.tool
 	$(GQ) checkout
 	@if [ -n "$$($(GQ) applied 2>/dev/null)" ]; then $(GQ) pop --all; fi
 	$(GQ) push --all
+	@echo 'gqueue is $(GQ) here; to have it on PATH: export PATH="$$PWD/$(VENV)/bin:$$PATH"' >&2
 
 # What the patch tests import: CPU torch and the vLLM tree's own runtime requirements.
 $(VENV)/.vllm-deps: $(VENV)/.tool

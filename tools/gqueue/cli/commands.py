@@ -15,6 +15,7 @@ from ..errors import ExitCode, FormatError, GqueueError, StateError, UsageError
 from ..model.policies import POLICIES
 from ..ops import naming, stackops
 from ..ops.workspace import Workspace
+from .completion import PATCH
 from .main import Context, boundary, cli
 from .render import push_report
 
@@ -101,7 +102,7 @@ def _name(ws: Workspace, query: str, *, stored: bool = False) -> str:
 
 
 @cli.command()
-@click.argument("target", required=False)
+@click.argument("target", required=False, type=PATCH)
 @click.option("-a", "--all", "all_", is_flag=True, help="Push the whole series.")
 @click.option("-n", "count", type=click.IntRange(min=1), help="Push this many patches.")
 @click.option("-f", "--force", is_flag=True, help="Apply what applies; leave .rej files; a refresh is then required.")
@@ -127,7 +128,7 @@ def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force
 
 
 @cli.command()
-@click.argument("target", required=False)
+@click.argument("target", required=False, type=PATCH)
 @click.option("-a", "--all", "all_", is_flag=True, help="Pop every applied patch.")
 @click.option("-n", "count", type=click.IntRange(min=1), help="Pop this many patches.")
 @click.option("-f", "--force", is_flag=True, help="Discard unrefreshed changes (saved under .gqueue/saved/ first).")
@@ -143,7 +144,7 @@ def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=PATCH)
 @click.option("-f", "--force", is_flag=True)
 @boundary("goto")
 def goto(ws: Workspace, name: str, force: bool) -> Result:
@@ -247,7 +248,7 @@ def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Re
 
 
 @cli.command()
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=PATCH)
 @boundary("diff", lock=False)
 def diff(ws: Workspace, name: str | None) -> Result:
     """The top patch's diff including unrefreshed changes; or NAME's diff as stored."""
@@ -265,7 +266,7 @@ def diff(ws: Workspace, name: str | None) -> Result:
 
 
 @cli.command()
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=PATCH)
 @boundary("files", lock=False)
 def files(ws: Workspace, name: str | None) -> Result:
     """The files a patch (default: the top) changes."""
@@ -285,7 +286,7 @@ def files(ws: Workspace, name: str | None) -> Result:
 
 
 @cli.command()
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=PATCH)
 @click.option("--edit", is_flag=True, help="Edit the header in $EDITOR (the diff is untouched).")
 @boundary("header")
 def header(ws: Workspace, name: str | None, edit: bool) -> Result:
@@ -341,7 +342,7 @@ def _edit_text(text: str, ws: Workspace) -> str:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=PATCH)
 @click.option("--keep", is_flag=True, help="Keep the file in queue/ (only the series entry goes).")
 @boundary("delete")
 def delete(ws: Workspace, name: str, keep: bool) -> Result:
@@ -352,7 +353,7 @@ def delete(ws: Workspace, name: str, keep: bool) -> Result:
 
 
 @cli.command()
-@click.argument("old")
+@click.argument("old", type=PATCH)
 @click.argument("new_name", metavar="NEW")
 @boundary("rename")
 def rename(ws: Workspace, old: str, new_name: str) -> Result:
@@ -363,9 +364,9 @@ def rename(ws: Workspace, old: str, new_name: str) -> Result:
 
 
 @cli.command()
-@click.argument("name")
-@click.option("--before", "before", metavar="OTHER", help="Put NAME right above OTHER in the series.")
-@click.option("--after", "after", metavar="OTHER", help="Put NAME right below OTHER.")
+@click.argument("name", type=PATCH)
+@click.option("--before", "before", metavar="OTHER", type=PATCH, help="Put NAME right above OTHER in the series.")
+@click.option("--after", "after", metavar="OTHER", type=PATCH, help="Put NAME right below OTHER.")
 @click.option("--first", is_flag=True, help="Put NAME first in the series.")
 @click.option("--last", is_flag=True, help="Put NAME last in the series.")
 @boundary("move")
@@ -391,7 +392,7 @@ def move(ws: Workspace, name: str, before: str | None, after: str | None, first:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=PATCH)
 @boundary("fold")
 def fold(ws: Workspace, name: str) -> Result:
     """Fold the unapplied patch NAME into the top patch."""

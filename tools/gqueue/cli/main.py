@@ -16,6 +16,10 @@ from ..ops.workspace import Workspace
 from ..store import Store
 from .output import CliReporter, emit_json
 
+# the commands the undo log records (ops/undo.py; kept here so others start without importing it)
+UNDOABLE = frozenset({"push", "pop", "goto", "refresh", "new", "delete", "rename", "move", "fold",
+                      "header", "import"})
+
 
 class Context:
     def __init__(self, directory: Path, quiet: bool) -> None:
@@ -55,10 +59,15 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
             ctx.json = as_json
             ctx.command = name
             ws = None
+            mark = None
             try:
                 if needs_queue:
                     ws = ctx.workspace(lock=lock)
                     kwargs["ws"] = ws
+                    if lock and name in UNDOABLE:
+                        from ..ops import undo
+
+                        mark = undo.begin(ws, name)
                 else:
                     kwargs["ctx"] = ctx
                 result, text, code = func(**kwargs)
@@ -77,6 +86,8 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
                       "this is a bug in gqueue; please report it with the command you ran")
             finally:
                 ctx.reporter.done()
+                if mark is not None and ws is not None:
+                    _record(ws, mark)
                 if ws is not None:
                     ws.close()
             if ctx.json:
@@ -88,6 +99,16 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
         return wrapper
 
     return decorate
+
+
+def _record(ws: Workspace, mark: Any) -> None:
+    """Put what the command changed in the undo log; a failure to do so is said, not fatal."""
+    from ..ops import undo
+
+    try:
+        undo.record(ws, mark)
+    except (OSError, GqueueError) as exc:
+        click.echo(f"warning: the undo log was not updated: {exc}", err=True)
 
 
 def _fail(ctx: Context, name: str, error: dict[str, Any], line: str, code: int, hint: str | None) -> None:
@@ -106,6 +127,7 @@ LAZY_COMMANDS = {
     "check": "cmd_drift", "rebase": "cmd_drift",
     "import": "cmd_interop", "export": "cmd_interop",
     "lint": "cmd_tools", "docs": "cmd_tools", "bisect": "cmd_tools", "plan": "cmd_tools",
+    "undo": "cmd_undo", "redo": "cmd_undo",
 }
 
 

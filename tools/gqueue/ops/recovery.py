@@ -35,7 +35,8 @@ _TEMPORARY = re.compile(r"^\..+\.([A-Za-z0-9_]{8}|rebase)\.tmp$")
 def _sweep_temporaries(ws: Workspace) -> list[str]:
     """Remove the temporary files of atomic writes that a killed process never renamed."""
     removed = []
-    for folder in (ws.store.root, ws.store.queue_dir, ws.state_dir, ws.store.root / "dist"):
+    for folder in (ws.store.root, ws.store.queue_dir, ws.state_dir, ws.store.root / "dist",
+                   ws.state_dir / "undo", ws.state_dir / "undo" / "objects"):
         try:
             names = os.listdir(folder)
         except OSError:
@@ -101,7 +102,7 @@ def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
     later = recover_move(ws)
     for action in later:
         ws.reporter.note(action)
-    return [*actions, *later]
+    return [*actions, *later, *_recover_undo(ws)]
 
 
 def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
@@ -180,6 +181,18 @@ def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
     for action in actions:
         ws.reporter.note(action)
     return [*early, *actions]
+
+
+def _recover_undo(ws: Workspace) -> list[str]:
+    """An undo or redo killed part-way: written again to its target (after the stack's own journal)."""
+    if not (ws.state_dir / "undo-journal.json").exists():
+        return []
+    from .undo import recover as recover_undo
+
+    actions = recover_undo(ws)
+    for action in actions:
+        ws.reporter.note(action)
+    return actions
 
 
 @dataclass
