@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+from email.message import EmailMessage
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -144,13 +147,264 @@ def test_import_of_two_files_with_one_name_is_a_usage_error(tmp_path: Path) -> N
     assert (q.root / "series").read_bytes() == series and not (q.root / "queue/fix.patch").exists()
 
 
-def test_import_refuses_an_id_the_series_already_has(tmp_path: Path) -> None:
+def test_import_refuses_an_id_given_that_the_series_already_has(tmp_path: Path) -> None:
+    """An id given (--id, or a queue patch's own header) that another patch has is refused; one
+    that only the file name gave gets the next free id (see below)."""
     q = make_queue(tmp_path)
     q.write_patch("P15-none.patch", DIFF)
     q.set_series("P15-none.patch")
-    src = tmp_path / "P15-again.patch"
+    src = tmp_path / "again.patch"
     src.write_text(DIFF)
+    queued = tmp_path / "P15-queued.patch"
+    queued.write_text("---\nid: P15\ntitle: again\n...\n" + DIFF)
     series = (q.root / "series").read_bytes()
-    proc = q.run("import", str(src), check=False)
+    proc = q.run("import", "--id", "P15", str(src), check=False)
     assert proc.returncode == 2 and "the id 'P15' of P15-again.patch is already the id of P15-none.patch" in proc.stderr
-    assert (q.root / "series").read_bytes() == series and not (q.root / "queue/P15-again.patch").exists()
+    proc = q.run("import", str(queued), check=False)
+    assert proc.returncode == 2 and "the id 'P15' of P15-queued.patch is already the id of P15-none.patch" in proc.stderr
+    assert (q.root / "series").read_bytes() == series and sorted(p.name for p in (q.root / "queue").iterdir()) == ["P15-none.patch"]
+
+
+# --- real-shaped series: git format-patch, mboxes, ids ------------------------------------------
+
+UTIL = BASE_FILES["vllm/util.py"]
+
+
+def _upstream_repo(tmp_path: Path, commits: list[tuple[str, str, str]]) -> tuple[Path, Callable[..., str]]:
+    """A git repository of the synthetic upstream with one commit per (message, old, new) edit of
+    vllm/util.py, its author a name git writes as an RFC 2047 word."""
+    repo = tmp_path / "upstream-git"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=Jörg Doe", "-c", "user.email=jorg@example.org",
+                               *args], check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    for name, text in BASE_FILES.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    for message, old, new in commits:
+        path = repo / "vllm/util.py"
+        path.write_text(path.read_text().replace(old, new))
+        git("commit", "-qam", message)
+    return repo, git
+
+
+SERIES_COMMITS = [
+    ("Add an imported change\n\nFrom the reporter: f3 was off.\n>From a quoted mail.", "return x + 3\n", "return x + 33\n"),
+    ("Fix typo", "return x + 5\n", "return x + 55\n"),
+    ("Fix typo", "return x + 9\n", "return x + 99\n"),
+]
+
+
+def test_import_of_a_format_patch_series_lints_and_checks_clean(tmp_path: Path) -> None:
+    """Names of format-patch files (two of one subject) keep their order; each id is what its file
+    name starts with, so lint and check pass; the author's RFC 2047 name is decoded."""
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS)
+    out = tmp_path / "fp"
+    names = [Path(p).name for p in git("format-patch", "-o", str(out), "HEAD~3").split()]
+    assert names == ["0001-Add-an-imported-change.patch", "0002-Fix-typo.patch", "0003-Fix-typo.patch"]
+    q.run("import", *(str(out / n) for n in names))
+    assert q.run("series").stdout.split() == names
+    meta = _header(q.root / "queue/0001-Add-an-imported-change.patch")
+    assert meta["id"] == "0001" and meta["title"] == "Add an imported change"
+    assert meta["author"] == "Jörg Doe <jorg@example.org>"
+    assert [_header(q.root / "queue" / n)["id"] for n in names[1:]] == ["0002", "0003"]
+    assert q.run("lint").returncode == 0
+    assert q.run("check").returncode == 0
+    q.run("checkout")
+    q.run("push", "--all")
+    assert "return x + 99\n" in (q.work / "vllm/util.py").read_text()
+
+
+def test_import_of_an_mbox_makes_one_patch_per_mail_and_skips_the_cover_letter(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS)
+    mbox = tmp_path / "series.mbox"
+    mbox.write_text(git("format-patch", "--stdout", "--cover-letter", "HEAD~3"))
+    proc = q.run("import", str(mbox))
+    assert f"{mbox}:1: skipped the mail '*** SUBJECT HERE ***': no diff in it" in proc.stderr
+    names = ["0001-Add-an-imported-change.patch", "0002-Fix-typo.patch", "0003-Fix-typo.patch"]
+    assert q.run("series").stdout.split() == names
+    # a message line 'From ...' that format-patch writes unescaped does not start a mail
+    assert _header(q.root / "queue" / names[0])["description"] == "From the reporter: f3 was off.\n>From a quoted mail.\n"
+    assert q.run("lint").returncode == 0
+    q.run("checkout")
+    q.run("push", "--all")
+    assert "return x + 99\n" in (q.work / "vllm/util.py").read_text()
+
+
+def test_import_of_an_mboxrd_unescapes_from_lines(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS[:2])
+    mbox = tmp_path / "rd.mbox"
+    mbox.write_text(git("format-patch", "--stdout", "--pretty=mboxrd", "HEAD~2"))
+    assert ">From the reporter" in mbox.read_text() and ">>From a quoted" in mbox.read_text()
+    q.run("import", str(mbox))
+    assert q.run("series").stdout.split() == ["0001-Add-an-imported-change.patch", "0002-Fix-typo.patch"]
+    meta = _header(q.root / "queue/0001-Add-an-imported-change.patch")
+    assert meta["description"] == "From the reporter: f3 was off.\n>From a quoted mail.\n"
+
+
+def test_import_gives_a_taken_id_the_next_free_one_and_says_so(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    quilt = tmp_path / "patches"
+    quilt.mkdir()
+    (quilt / "fix-build.patch").write_text(unified("vllm/util.py", UTIL, UTIL.replace("return x + 3\n", "return x + 33\n")))
+    (quilt / "fix-tests.patch").write_text(DIFF)
+    (quilt / "series").write_text("fix-build.patch\nfix-tests.patch\n")
+    proc = q.run("import", "--series", str(quilt / "series"))
+    assert f"{quilt / 'fix-tests.patch'}: imported as fix_2-tests.patch (id fix_2): its id fix is the id of fix-build.patch" in proc.stderr
+    assert q.run("series").stdout.split() == ["fix-build.patch", "fix_2-tests.patch"]
+    assert _header(q.root / "queue/fix_2-tests.patch")["id"] == "fix_2"
+    assert q.run("lint").returncode == 0
+
+
+def test_import_name_and_id_options(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS)
+    out = tmp_path / "fp"
+    one, two, three = (out / n for n in git("format-patch", "-o", str(out), "HEAD~3").split())
+    proc = q.run("import", "--id", "PN600", str(one), "--json")
+    assert json.loads(proc.stdout)["result"]["imported"][0]["name"] == "PN600-Add-an-imported-change.patch"
+    assert _header(q.root / "queue/PN600-Add-an-imported-change.patch")["id"] == "PN600"
+    q.run("import", "--name", "PN601-typo.patch", str(two))
+    assert _header(q.root / "queue/PN601-typo.patch")["id"] == "PN601"
+    series = (q.root / "series").read_bytes()
+    for args, message in (
+        (("--name", "X1-a.patch", "--id", "Y1", str(three)), "--name X1-a.patch does not start with the id 'Y1-'"),
+        (("--id", "PN600", str(three)), "the id 'PN600' of PN600-Fix-typo.patch is already the id of PN600-Add-an-imported-change.patch"),
+        (("--id", "Z1", str(two), str(three)), "--name and --id are for one patch; this import has 2"),
+    ):
+        proc = q.run("import", *args, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert (q.root / "series").read_bytes() == series
+    assert sorted(p.name for p in (q.root / "queue").iterdir()) == ["PN600-Add-an-imported-change.patch", "PN601-typo.patch"]
+    assert q.run("lint").returncode == 0
+
+
+def test_rename_gives_the_patch_the_id_of_its_new_name(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS)
+    out = tmp_path / "fp"
+    files = git("format-patch", "-o", str(out), "HEAD~3").split()
+    q.run("import", *files)
+    q.run("checkout")
+    q.run("push", "--all")
+    q.run("rename", "0002-Fix-typo.patch", "PN700-fix-f5.patch")
+    assert _header(q.root / "queue/PN700-fix-f5.patch")["id"] == "PN700"
+    assert q.run("lint").returncode == 0
+    assert "Gqueue-Patch: PN700-fix-f5.patch" in subprocess.run(
+        ["git", "-C", str(q.work), "log", "--format=%B", "-2"], capture_output=True, text=True).stdout
+    # refused, nothing changed: an id another patch has; an id another patch requires
+    before = {p.name: p.read_bytes() for p in (q.root / "queue").iterdir()} | {"series": (q.root / "series").read_bytes()}
+    proc = q.run("rename", "0003-Fix-typo.patch", "0001-again.patch", check=False)
+    assert proc.returncode == 2 and "would have the id '0001', which is already the id of 0001-Add-an-imported-change.patch" in proc.stderr
+    path = q.root / "queue/0003-Fix-typo.patch"
+    path.write_text(path.read_text().replace("lifecycle: experimental\n", "lifecycle: experimental\nrequires: ['PN700']\n"))
+    before["0003-Fix-typo.patch"] = path.read_bytes()
+    proc = q.run("rename", "PN700-fix-f5.patch", "PN701-fix-f5.patch", check=False)
+    assert proc.returncode == 2 and "requires of queue/0003-Fix-typo.patch names 'PN700'" in proc.stderr, proc.stderr
+    after = {p.name: p.read_bytes() for p in (q.root / "queue").iterdir()} | {"series": (q.root / "series").read_bytes()}
+    assert after == before
+
+
+# --- hostile and odd input ----------------------------------------------------------------------
+
+
+def test_import_reads_a_patch_attached_to_a_mime_mail(tmp_path: Path) -> None:
+    message = EmailMessage()
+    message["From"] = "Jörg Doe <jorg@example.org>"
+    message["Subject"] = "[PATCH] parser: accept None"
+    message.set_content("Why: None comes from old clients.\n")
+    message.add_attachment(DIFF.encode(), maintype="text", subtype="x-patch", filename="fix.patch")
+    mail = tmp_path / "P15-mime.patch"
+    mail.write_bytes(b"From 1234567890abcdef1234567890abcdef12345678 Mon Sep 17 00:00:00 2001\n" + bytes(message))
+    q = make_queue(tmp_path)
+    q.run("import", str(mail))
+    meta = _header(q.root / "queue/P15-mime.patch")
+    assert meta["description"] == "Why: None comes from old clients.\n" and meta["title"] == "parser: accept None"
+    assert meta["author"] == "Jörg Doe <jorg@example.org>"
+    q.run("checkout")
+    q.run("push")
+    assert "('null', 'None')" in (q.work / "vllm/parser.py").read_text()
+
+
+def test_import_refuses_what_is_not_a_patch_and_changes_nothing(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    notes = tmp_path / "README.patch"
+    notes.write_text("Only prose here.\nNo diff at all.\n")
+    blob = tmp_path / "image.patch"
+    blob.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    cover = tmp_path / "0000-cover-letter.patch"
+    cover.write_text("From 1234567890abcdef1234567890abcdef12345678 Mon Sep 17 00:00:00 2001\nFrom: A <a@example.org>\n"
+                     "Subject: [PATCH 0/2] a series\n\nIt explains.\n")
+    series = (q.root / "series").read_bytes()
+    for path in (notes, blob, cover):
+        proc = q.run("import", str(path), check=False)
+        assert proc.returncode == 1 and proc.stderr.startswith(f"error[bad-format]: {path}: has no diff in it"), proc.stderr
+    proc = q.run("import", str(tmp_path), check=False)  # a folder
+    assert proc.returncode == 2
+    assert (q.root / "series").read_bytes() == series and list((q.root / "queue").iterdir()) == []
+
+
+def test_import_of_a_series_never_follows_a_link_out_of_its_folder(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("token = 'do not read me'\n\n" + DIFF)
+    quilt = tmp_path / "patches"
+    quilt.mkdir()
+    (quilt / "inner.patch").write_text(DIFF)
+    (quilt / "P15-link.patch").symlink_to(quilt / "inner.patch")  # inside the folder: fine
+    (quilt / "P16-evil.patch").symlink_to(secret)
+    (quilt / "series").write_text("P15-link.patch\nP16-evil.patch\n")
+    series = (q.root / "series").read_bytes()
+    proc = q.run("import", "--series", str(quilt / "series"), check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error[unsafe-patch]: {quilt / 'P16-evil.patch'}: is a link to"), proc.stderr
+    assert (q.root / "series").read_bytes() == series and list((q.root / "queue").iterdir()) == []
+    (quilt / "series").write_text("P15-link.patch\n")
+    q.run("import", "--series", str(quilt / "series"))
+    assert (q.root / "queue/P15-link.patch").read_bytes().endswith(DIFF.encode())
+
+
+def test_import_decodes_latin1_text_and_never_writes_replacement_marks(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    dep3 = tmp_path / "P15-latin.patch"
+    dep3.write_bytes("Description: accept None (Größe)\nAuthor: Jörg Müller <jm@example.org>\n---\n".encode("latin-1") + DIFF.encode())
+    proc = q.run("import", str(dep3))
+    assert f"{dep3}: the text before the diff is not UTF-8 text; read as Latin-1" in proc.stderr
+    meta = _header(q.root / "queue/P15-latin.patch")
+    assert meta["title"] == "accept None (Größe)" and meta["author"] == "Jörg Müller <jm@example.org>"
+    mail = tmp_path / "P16-mail.patch"
+    mail.write_bytes(b"From 1234567890abcdef1234567890abcdef12345678 Mon Sep 17 00:00:00 2001\n"
+                     b"From: =?ISO-8859-1?Q?J=F6rg_M=FCller?= <jm@example.org>\nSubject: =?ISO-8859-1?Q?Gr=F6=DFe?=\n"
+                     b"MIME-Version: 1.0\nContent-Type: text/plain; charset=ISO-8859-1\nContent-Transfer-Encoding: 8bit\n\n"
+                     + "Die Größe stimmt.\n---\n".encode("latin-1") + DIFF.replace("== 'null'", "is None").encode())
+    proc = q.run("import", str(mail))
+    assert "Latin-1" not in proc.stderr  # the charset was declared
+    meta = _header(q.root / "queue/P16-mail.patch")
+    assert (meta["title"], meta["author"], meta["description"]) == ("Größe", "Jörg Müller <jm@example.org>", "Die Größe stimmt.\n")
+    assert "\ufffd" not in (q.root / "queue/P15-latin.patch").read_text() + (q.root / "queue/P16-mail.patch").read_text()
+
+
+def test_import_writes_only_well_formed_authors(tmp_path: Path) -> None:
+    """author is one line 'Name <mail>'; what cannot be one stays, as written, under headers."""
+    q = make_queue(tmp_path)
+    dep3 = tmp_path / "P15-dep3.patch"
+    dep3.write_text("Description: accept None\nAuthor: Jane Doe\n---\n" + DIFF)
+    mail = tmp_path / "P16-mail.patch"
+    mail.write_text("From 1234567890abcdef1234567890abcdef12345678 Mon Sep 17 00:00:00 2001\n"
+                    "From: jane@example.org\nSubject: [PATCH] accept None\n\n---\n"
+                    + DIFF.replace("== 'null'", "is None"))
+    folded = tmp_path / "P17-folded.patch"
+    folded.write_text("From: \"Roe, John\"\n <john@example.org>\nSubject: accept None\n\n"
+                      + DIFF.replace("== 'null'", "in ('null',)"))
+    q.run("import", str(dep3), str(mail), str(folded))
+    dep3_meta = _header(q.root / "queue/P15-dep3.patch")
+    assert "author" not in dep3_meta and dep3_meta["headers"]["Author"] == "Jane Doe"
+    assert _header(q.root / "queue/P16-mail.patch")["author"] == "jane <jane@example.org>"
+    assert _header(q.root / "queue/P17-folded.patch")["author"] == "Roe, John <john@example.org>"

@@ -16,10 +16,13 @@ from .main import boundary, cli
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--series", "series_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Import every patch of a quilt series file, in its order.")
+@click.option("--name", "name", metavar="NAME", help="The file name in queue/ (one patch only).")
+@click.option("--id", "patch_id", metavar="ID", help="The patch id; the file name is made to start with it (one patch only).")
 @boundary("import")
-def import_(ws: Workspace, files: tuple[Path, ...], series_file: Path | None) -> tuple[object, str, int]:
-    """Import quilt patches, DEP-3 patches or git format-patch mails after the top patch."""
-    result = interop.import_patches(ws, list(files), series_file=series_file)
+def import_(ws: Workspace, files: tuple[Path, ...], series_file: Path | None, name: str | None,
+            patch_id: str | None) -> tuple[object, str, int]:
+    """Import quilt patches, DEP-3 patches, git format-patch mails or an mbox of them after the top patch."""
+    result = interop.import_patches(ws, list(files), series_file=series_file, name=name, patch_id=patch_id)
     text = "\n".join(f"imported {r['name']} (id {r['id']}, from {r['from']})" for r in result.imported)
     return result.to_json(), text, ExitCode.OK
 

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, field
+import stat
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import FormatError, UsageError
+from ..errors import FormatError, UnsafePatchError, UsageError
 from ..fsutil import atomic_write
 from ..model.diff import as_p1
-from ..model.foreign import read_foreign
-from ..model.patch import PatchFile, new_patch, parse_patch
+from ..model.foreign import read_foreign, split_mbox
+from ..model.lint_rules import file_name_id
+from ..model.patch import PatchFile, new_patch, parse_patch, with_fields
 from ..model.series import parse_series
 from .engine import checked_diffs
-from .queueops import check_name, id_from_name, require_unused_ids, title_from_name
+from .queueops import check_name, id_owners, title_from_name
+from .reporter import Reporter
 from .transaction import queue_edit
 from .workspace import Workspace
 
-_NUMBERED = re.compile(r"^\d{4}-")
+_SLUG_JUNK = re.compile(r"[^A-Za-z0-9._]+")
+_NAME_MAX = 64  # git format-patch's longest file name
 
 
 @dataclass
@@ -28,70 +33,185 @@ class ImportResult:
         return {"imported": self.imported}
 
 
-def _to_gqueue(name: str, data: bytes, source: str) -> tuple[PatchFile, str]:
-    foreign = read_foreign(data)
+@dataclass
+class _Incoming:
+    """One patch to import, before its name and id are settled."""
+
+    name: str  # the name it came with (file name, or made from a mail's subject)
+    path: str  # the file it is in
+    source: str  # where it came from, for messages: the file, and the mail's line in an mbox
+    data: bytes
+    first_line: int
+    strip: int
+
+
+def _rest(name: str) -> str:
+    """A patch name without its id part: what follows the first '-' (or the whole name)."""
+    return name.split("-", 1)[1] if "-" in name else name
+
+
+def _mail_name(number: int, title: str) -> str:
+    """A file name as git format-patch makes one: NNNN-Subject-words.patch."""
+    slug = _SLUG_JUNK.sub("-", title).strip("-.")
+    slug = slug[: _NAME_MAX - len("0000-.patch")].rstrip("-.") or "patch"
+    return f"{number:04d}-{slug}.patch"
+
+
+def _read_file(path: Path, folder: Path | None) -> bytes:
+    """The bytes of a patch file; a link out of the series' ``folder``, or anything but a regular
+    file, is refused (a series is a set of files, never a way to read others)."""
+    try:
+        if folder is not None:
+            real, inside = path.resolve(strict=True), folder.resolve(strict=True)
+            if not real.is_relative_to(inside):
+                raise UnsafePatchError(f"is a link to {real}, outside the series' folder {inside}", path=str(path))
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise FormatError("is not a regular file: not a patch", path=str(path))
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _split(path: Path, data: bytes, strip: int, reporter: Reporter) -> list[_Incoming]:
+    """One patch per mail of an mbox (a mail with no diff, such as a cover letter, skipped with a
+    note), or the file as one patch."""
+    mails = split_mbox(data)
+    if len(mails) == 1:
+        return [_Incoming(path.name, str(path), str(path), data, 1, strip)]
+    out: list[_Incoming] = []
+    for line, mail in mails:
+        foreign = read_foreign(mail)
+        title = str(foreign.fields.get("title", ""))
+        if not foreign.body.strip():
+            reporter.note(f"{path}:{line}: skipped the mail '{title}': no diff in it")
+            continue
+        out.append(_Incoming(_mail_name(len(out) + 1, title), str(path), f"{path}:{line}", mail, line, strip))
+    if not out:
+        raise FormatError("no mail in this mbox has a diff: not a patch series", path=str(path))
+    return out
+
+
+def _to_gqueue(item: _Incoming, reporter: Reporter) -> tuple[PatchFile, str]:
+    foreign = read_foreign(item.data)
+    where = item.source
     if foreign.kind == "gqueue":
-        return parse_patch(data, name=name, path=source), "gqueue"
-    stem = _NUMBERED.sub("", name[: -len(".patch")] if name.endswith(".patch") else name)
-    fields = {"id": id_from_name(stem) if re.match(r"^[A-Z]+\d", stem) else stem,
-              "title": title_from_name(stem)}
-    fields.update(foreign.fields)
+        return parse_patch(item.data, name=item.name, path=where), "gqueue"
+    if not foreign.body.strip():
+        raise FormatError("has no diff in it: not a patch", path=where)
+    for note in foreign.notes:
+        reporter.note(f"{where}: {note}")
+    fields = {"id": file_name_id(item.name), "title": foreign.fields.get("title") or title_from_name(item.name)}
+    fields.update({k: v for k, v in foreign.fields.items() if k != "title"})
     fields.setdefault("lifecycle", "experimental")
-    return new_patch(name, fields, foreign.body), foreign.kind
+    return new_patch(item.name, fields, foreign.body), foreign.kind
 
 
-def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None = None) -> ImportResult:
-    entries: list[tuple[str, Path, int]] = []
+def _sources(files: list[Path], series_file: Path | None, reporter: Reporter) -> list[_Incoming]:
+    items: list[_Incoming] = []
     if series_file is not None:
+        text = _read_file(series_file, None)
         try:
-            text = series_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read {series_file}: {exc.strerror}") from None
-        foreign_series = parse_series(text, path=str(series_file))
+            foreign_series = parse_series(text.decode("utf-8"), path=str(series_file))
+        except UnicodeDecodeError as exc:
+            line = text[: exc.start].count(b"\n") + 1
+            raise FormatError("is not UTF-8 text", path=str(series_file), line=line) from None
+        folder = series_file.parent
         for entry in foreign_series.entries:
-            entries.append((entry.name, series_file.parent / entry.name, entry.strip))
+            check_name(entry.name)
+            path = folder / entry.name
+            items += _split(path, _read_file(path, folder), entry.strip, reporter)
     for path in files:
-        entries.append((path.name, path, 1))
-    if not entries:
+        items += _split(path, _read_file(path, None), 1, reporter)
+    if not items:
         raise UsageError("nothing to import: give patch files or --series")
+    return items
+
+
+def _settle(item: _Incoming, patch: PatchFile, kind: str, *, name: str | None, patch_id: str | None) -> tuple[PatchFile, bool]:
+    """The patch under the name and id it gets: ``--name``/``--id`` when given; else a queue
+    patch's own id, or the id its file name gives. The file name starts with the id (lint's
+    file-name-id). The flag says whether the id was chosen (and so is never changed)."""
+    own = patch.meta.id if kind == "gqueue" else None
+    chosen = patch_id or own
+    if name is not None and chosen is not None and file_name_id(name) != chosen:
+        raise UsageError(f"--name {name} does not start with the id '{chosen}-' (or is {chosen}.patch)",
+                         hint="give a name that starts with the id, or --id that the name starts with")
+    new_name = name or item.name
+    if chosen is not None and file_name_id(new_name) != chosen:
+        new_name = f"{chosen}-{_rest(item.name)}"
+    check_name(new_name)
+    new_id = file_name_id(new_name)
+    if new_id != patch.meta.id or new_name != patch.name:
+        patch = with_fields(replace(patch, name=new_name), {"id": new_id})
+    return patch, chosen is not None or name is not None
+
+
+def _unique(patch: PatchFile, owners: dict[str, str], taken: set[str]) -> tuple[PatchFile, str | None]:
+    """A patch whose derived id another patch has gets the first free ID_2, ID_3 ... (and the
+    file name that starts with it); the second value says whose id it was."""
+    owner = owners.get(patch.meta.id)
+    if owner is None:
+        return patch, None
+    n = 2
+    while f"{patch.meta.id}_{n}" in owners or f"{patch.meta.id}_{n}-{_rest(patch.name)}" in taken:
+        n += 1
+    new_id = f"{patch.meta.id}_{n}"
+    new_name = f"{new_id}-{_rest(patch.name)}" if "-" in patch.name else f"{new_id}-{patch.name}"
+    return with_fields(replace(patch, name=new_name), {"id": new_id}), owner
+
+
+def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None = None,
+                   name: str | None = None, patch_id: str | None = None) -> ImportResult:
+    items = _sources(files, series_file, ws.reporter)
+    if (name is not None or patch_id is not None) and len(items) != 1:
+        raise UsageError(f"--name and --id are for one patch; this import has {len(items)}")
     series = ws.store.read_series()
     position = len(ws.stack().applied) if ws.repo.exists() else len(series.entries)
-    prepared: list[tuple[PatchFile, int, str]] = []
-    seen: dict[str, Path] = {}
-    for name, path, strip in entries:
-        check_name(name)
-        if name in series or ws.store.patch_path(name).exists():
-            raise UsageError(f"a patch named '{name}' is already in the queue")
-        if name in seen:
-            raise UsageError(f"'{name}' would be imported twice ({seen[name]} and {path}); nothing was imported")
-        seen[name] = path
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-        patch, kind = _to_gqueue(name, data, str(path))
-        _check_diff(patch, data, path, strip)
-        prepared.append((patch, strip, kind))
-    require_unused_ids(ws, series, {patch.name: patch.meta.id for patch, _strip, _kind in prepared})
+    owners = id_owners(ws.store, series)
+    taken = {e.name for e in series.entries} | {p.name for p in ws.store.queue_dir.iterdir()}
+    prepared: list[tuple[PatchFile, int, str, str]] = []
+    seen: dict[str, str] = {}
     result = ImportResult()
+    for item in items:
+        check_name(item.name)
+        patch, kind = _to_gqueue(item, ws.reporter)
+        patch, chosen = _settle(item, patch, kind, name=name, patch_id=patch_id)
+        if patch.name in seen:
+            raise UsageError(f"'{patch.name}' would be imported twice ({seen[patch.name]} and {item.source}); nothing was imported")
+        if patch.name in taken:
+            raise UsageError(f"a patch named '{patch.name}' is already in the queue")
+        if chosen and patch.meta.id in owners:
+            raise UsageError(f"the id '{patch.meta.id}' of {patch.name} is already the id of {owners[patch.meta.id]}",
+                             hint="each patch needs its own id: give another (import --id, or a name that starts with it)")
+        else:
+            patch, owner = _unique(patch, owners, taken | set(seen))
+            if owner is not None:
+                ws.reporter.note(f"{item.source}: imported as {patch.name} (id {patch.meta.id}): "
+                                 f"its id {file_name_id(item.name)} is the id of {owner}")
+        _check_diff(patch, item, kind)
+        seen[patch.name] = item.source
+        owners.setdefault(patch.meta.id, patch.name)
+        prepared.append((patch, item.strip, kind, item.source))
     before = series
-    series = series.insert_many(position, [patch.name for patch, _strip, _kind in prepared])
-    for patch, strip, _kind in prepared:
+    series = series.insert_many(position, [patch.name for patch, _s, _k, _src in prepared])
+    for patch, strip, _kind, _src in prepared:
         if strip != 1:
             series = _with_strip(series, patch.name, strip)
-    with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _s, _k in prepared)):
-        for patch, _strip, kind in prepared:
+    with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _s, _k, _src in prepared)):
+        for patch, _strip, kind, source in prepared:
             ws.store.write_patch(patch)
-            result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind})
+            result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind, "source": source})
         ws.store.write_series(series)
     return result
 
 
-def _check_diff(patch: PatchFile, data: bytes, source: Path, strip: int) -> None:
+def _check_diff(patch: PatchFile, item: _Incoming, kind: str) -> None:
     """Refuse a file whose diff push would refuse, naming the imported file and its line."""
-    body = patch.body
-    first = data[: len(data) - len(body)].count(b"\n") + 1 if body and data.endswith(body) else 1
-    checked_diffs(body, where=str(source), first_line=first, strip=strip)
+    body, data = patch.body, item.data
+    first = item.first_line
+    if body and data.endswith(body):
+        first += data[: len(data) - len(body)].count(b"\n")
+    checked_diffs(body, where=item.path, first_line=first, strip=item.strip)
 
 
 def _with_strip(series, name: str, strip: int):  # noqa: ANN001, ANN202

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..fsutil import atomic_write
-from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch
+from ..model.lint_rules import file_name_id
+from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch, with_fields
 from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
 from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
@@ -193,9 +194,10 @@ def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
     top = stack.top.name if stack.top else None
     if reapply:
         require_clean(ws, "rename an applied patch")
+        _renamed_id(ws, series, ws.store.read_patch(old), new_name)  # refused before the stack moves
         _require_reapplies(ws, series, stack, stack.names.index(old))
         pop(ws, count=len(stack.names) - stack.names.index(old))
-    patch = ws.store.read_patch(old)
+    patch = _renamed_id(ws, series, ws.store.read_patch(old), new_name)
     after = series.rename(old, new_name)
     with queue_edit(ws, "rename", series, after, create=(new_name,), delete=(old,)):
         atomic_write(ws.store.patch_path(new_name), format_patch(patch))
@@ -204,6 +206,35 @@ def rename(ws: Workspace, old: str, new_name: str) -> NameResult:
     if reapply and top is not None:
         push(ws, target=new_name if top == old else top, count=None)
     return NameResult(new_name, "renamed", f"from {old}")
+
+
+def _renamed_id(ws: Workspace, series: Series, patch: PatchFile, new_name: str) -> PatchFile:
+    """The patch with the id its new file name starts with (lint's file-name-id). Refused
+    when another patch of the series has that id, or when something names the old one: a
+    patch's requires, conflicts or composes_with, or the patch's own env_flag."""
+    old_id, new_id = patch.meta.id, file_name_id(new_name)
+    if new_id == old_id:
+        return patch
+    where = f"{QUEUE}/{patch.name}"
+    owner = id_owners(ws.store, series, besides=patch.name).get(new_id)
+    if owner is not None:
+        raise UsageError(f"{new_name} would have the id '{new_id}', which is already the id of {owner}",
+                         hint="each patch needs its own id: the file name starts with it")
+    for entry in series.entries:
+        if entry.name == patch.name:
+            continue
+        other = ws.store.read_patch(entry.name, line=entry.line)
+        for key in ("requires", "conflicts", "composes_with"):
+            named = other.meta.get(key)
+            if isinstance(named, list) and old_id in [str(n) for n in named]:
+                raise UsageError(f"renaming changes the id '{old_id}' to '{new_id}', and {key} of {QUEUE}/{entry.name} names '{old_id}'",
+                                 hint=f"change that {key} first (header --edit), or keep a name starting with '{old_id}-'")
+    flag = patch.meta.get("env_flag")
+    if isinstance(flag, str) and re.search(rf"(^|_){re.escape(old_id.upper())}(_|$)", flag):
+        raise UsageError(f"renaming changes the id '{old_id}' to '{new_id}', and the env_flag {flag} is spelled with it",
+                         path=where, line=patch.meta.key_lines.get("env_flag"),
+                         hint=f"change env_flag first (header --edit), or keep a name starting with '{old_id}-'")
+    return with_fields(patch, {"id": new_id})
 
 
 def _require_reapplies(ws: Workspace, series: Series, stack: Stack, index: int) -> None:
