@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from ..errors import GqueueError, StateError
 from ..fsutil import fault_point
-from .worktree import REGULAR, apply_writes, plan_writes
+from .worktree import REGULAR, Write, apply_writes, index_records, plan_writes
 
 BRANCH = "refs/heads/gqueue"
 FIXED_DATE = "1000000000 +0000"
@@ -337,9 +337,31 @@ class WorkRepo:
             self.switch_tree(old, new)
             return
         apply_writes(self.path, plan)
-        listed = b"".join(w.path.encode("utf-8", "surrogateescape") + b"\0" for w in plan)
-        if listed:
-            self.run("update-index", "--add", "--remove", "-z", "--stdin", input=listed)
+        self._index_writes(plan, new)
+
+    def _index_writes(self, plan: list[Write], commit: str) -> None:
+        """Record the files ``plan`` wrote in the index: their blob ids first, then their stat data.
+
+        A restat alone (``update-index --stdin``) is not enough: git keeps an entry whose stat
+        data still match the file without reading it, and a file rewritten in place keeps its
+        inode, so one written again in the same second with the same size (a pop right after
+        a push, a patch that changes a digit) also matches in size, ctime and the backdated
+        mtime worktree.py gives it, and the index kept the old blob. ``--index-info`` sets
+        the ids from the bytes written and clears the entries' stat data, so the restat that
+        follows reads each file once and records its stat data against the new blob.
+        """
+        if not plan:
+            return
+        self.run("update-index", "-z", "--index-info", input=index_records(plan, self._hash_name(commit)))
+        present = b"".join(w.path.encode("utf-8", "surrogateescape") + b"\0" for w in plan if w.mode is not None)
+        if present:
+            self.run("update-index", "-z", "--stdin", input=present)
+
+    def _hash_name(self, commit: str) -> str:
+        """The repository's object format (``sha1`` or ``sha256``), told by the length of a commit id."""
+        if len(commit) in (40, 64) and all(c in "0123456789abcdef" for c in commit):
+            return "sha1" if len(commit) == 40 else "sha256"
+        return self.run("rev-parse", "--show-object-format").decode().strip()
 
     def _tree_changes(self, old: str, new: str) -> tuple[dict[str, tuple[str, bytes] | None], dict[str, str]]:
         out = self.run("diff-tree", "-r", "-z", "--no-renames", old, new)
