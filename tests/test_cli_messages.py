@@ -113,3 +113,31 @@ def test_header_edit_refuses_what_lint_would_refuse_and_keeps_the_edit(tmp_path:
     assert "id: B7" in (q.root / ".gqueue/saved/last-header-edit.yaml").read_text()
     q.run("header", "A1-a.patch", "--edit", env={"GQUEUE_EDITOR": "sed -i 's/^lifecycle: .*/lifecycle: stable/'"})
     assert b"lifecycle: stable" in path.read_bytes()
+
+
+def test_check_leads_with_its_verdict(tmp_path: Path) -> None:
+    """With lint errors the first line is the FAILING verdict (it was the pin's 'ok'), and
+    no line of the table reads as a pass; without them the first line is the pass."""
+    q = make_queue(tmp_path)
+    q.write_patch("P2-util.patch", unified("vllm/util.py", UTIL, _edit(UTIL, "return x + 7\n", "return x + 70\n")),
+                  extra="lifecycle: sometimes\n")
+    q.set_series("P2-util.patch")
+    proc = q.run("check", check=False)
+    assert proc.returncode == 3
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "check: FAILING -- lint found 1 error(s)", proc.stdout
+    assert lines[-1].startswith("FAILING: lint found 1 error(s)")
+    assert not any(line.endswith("-- ok") for line in lines)
+    clean = q.run("check", "--no-lint").stdout.splitlines()
+    assert clean[0] == "check: ok -- every patch is acceptable on 1 pin(s)" and clean[-1] == "ok: every patch is acceptable"
+
+
+def test_bisect_reports_the_stack_by_its_patches(tmp_path: Path) -> None:
+    q = _three_patch_queue(tmp_path)  # A1 applied
+    script = "import sys; sys.exit(1 if 'x + 300' in open('vllm/util.py').read() else 0)"
+    proc = q.run("bisect", "run", "--good", "base", "--", "python3", "-c", script)
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("first bad patch: A2-b.patch"), proc.stdout
+    assert lines[-1] == "the stack is back as it was: A1-a.patch on top (1 patch(es) applied)"
+    doc = json.loads(q.run("bisect", "run", "--json", "--good", "A1", "--", "python3", "-c", script).stdout)
+    assert doc["result"]["top"] == "A1-a.patch" and doc["result"]["applied"] == ["A1-a.patch"]

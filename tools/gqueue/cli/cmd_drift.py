@@ -115,11 +115,21 @@ def _patch_note(p: d.PatchReport) -> str:
     return ""
 
 
+def verdict_line(report: d.CheckReport, lint_errors: int = 0) -> str:
+    """The table's first line: the whole check's verdict (the last line says it again)."""
+    failing = [pin.short for pin in report.pins if not pin.ok]
+    reasons = ([f"patches not acceptable on {', '.join(failing)}"] if failing else []) \
+        + ([f"lint found {lint_errors} error(s)"] if lint_errors else [])
+    if reasons:
+        return "check: FAILING -- " + "; ".join(reasons)
+    return f"check: ok -- every patch is acceptable on {len(report.pins)} pin(s)"
+
+
 def render_table(report: d.CheckReport, lint_errors: int = 0) -> str:
-    lines: list[str] = []
+    lines: list[str] = [verdict_line(report, lint_errors), ""]
     for pin in report.pins:
         counts = ", ".join(f"{n} {s}" for s, n in pin.counts().items())
-        verdict = "ok" if pin.ok else "FAILING"
+        verdict = "all acceptable" if pin.ok else "FAILING"
         label = f" ({pin.label})" if pin.label else ""
         lines.append(f"{pin.short}{label}: {len(pin.patches)} patch(es): {counts or 'none'} -- {verdict}")
         width = max([len(p.name) for p in pin.patches] + [10])

@@ -84,7 +84,7 @@ def bisect_report(result: bisect_op.BisectResult) -> str:
     else:
         lines.append("skipped positions hide the culprit; it is one of:")
         lines += [f"  {c.describe()}" for c in result.candidates]
-    lines.append(f"the stack is back at {result.head[:12]}")
+    lines.append(f"the stack is back as it was: {bisect_op.describe_stack(result.applied)}")
     return "\n".join(lines)
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from ..errors import ConflictError, StateError, UsageError
+from ..errors import ConflictError, GqueueError, StateError, UsageError
 from ..fsutil import atomic_write
+from ..model import names as naming
 from ..model.bisect import GOOD, SKIP, Search, verdict_of
 from ..model.patch import PatchFile
 from ..model.series import Series
@@ -99,13 +100,25 @@ class BisectResult:
     culprit: Culprit | None = None
     candidates: list[Culprit] = field(default_factory=list)
     head: str = ""
+    applied: list[str] = field(default_factory=list)  # the stack the bisect started from (and put back)
+
+    @property
+    def top(self) -> str | None:
+        return self.applied[-1] if self.applied else None
 
     def to_json(self) -> dict[str, object]:
         return {
             "good": self.good, "bad": self.bad, "culprit": self.culprit.to_json() if self.culprit else None,
             "candidates": [c.to_json() for c in self.candidates], "steps": [s.to_json() for s in self.steps],
-            "tests": len(self.steps), "head": self.head,
+            "tests": len(self.steps), "head": self.head, "applied": self.applied, "top": self.top,
         }
+
+
+def describe_stack(applied: Sequence[str]) -> str:
+    """The stack in words: its top patch and how many are applied, or the pinned release."""
+    if not applied:
+        return "no patch applied (the pinned release)"
+    return f"{applied[-1]} on top ({len(applied)} patch(es) applied)"
 
 
 # --- positions -------------------------------------------------------------------------------
@@ -120,11 +133,12 @@ def parse_position(spec: str, series: Series, patches: dict[str, PatchFile]) -> 
         if number > len(series.entries):
             raise UsageError(f"position {number} is past the end of the series ({len(series.entries)} patches)")
         return number
-    for i, entry in enumerate(series.entries):
-        patch = patches.get(entry.name)
-        if spec in (entry.name, entry.name.removesuffix(".patch")) or (patch is not None and spec == patch.meta.id):
-            return i + 1
-    raise UsageError(f"'{spec}' is neither a position, 'base', nor a patch of the series")
+    ids = {name: patch.meta.id for name, patch in patches.items()}
+    try:
+        return series.index(naming.resolve(spec, series.names, ids)) + 1
+    except naming.UnknownName as exc:
+        raise UsageError(f"'{spec}' is neither a position, 'base', nor a patch of the series", hint=exc.hint,
+                         ref=exc.ref) from None
 
 
 def position_commits(ws: Workspace, series: Series, upto: int) -> tuple[list[str], str | None]:
@@ -175,7 +189,11 @@ def restore(ws: Workspace) -> str | None:
     path.unlink()
     if ws.repo.rev(SCRATCH) is not None:
         ws.repo.delete_ref(SCRATCH)
-    return f"the stack is back at {head[:12]}, where the bisect started"
+    try:
+        where = describe_stack(ws.stack().names)
+    except GqueueError:  # a stack gqueue cannot read (HEAD moved by hand): its commit says where
+        where = f"commit {head[:12]}"
+    return f"the stack is back as the bisect found it: {where}"
 
 
 @contextlib.contextmanager
@@ -264,7 +282,7 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
     names = series.names
     start = stack.head
     atomic_write(_state_path(ws), json.dumps({"head": start, "good": lo, "bad": hi, "argv": list(argv)}).encode())
-    result = BisectResult(lo, hi, head=start)
+    result = BisectResult(lo, hi, head=start, applied=stack.names)
     probe = _Prober(ws, commits, names, argv, runner)
     try:
         with _sigterm_as_interrupt():

@@ -28,6 +28,7 @@ from ..vcs.git import CommitSpec
 from .bisect import Runner, subprocess_runner
 from .checkout import import_pin
 from .engine import TreeView, apply_patch
+from .naming import patch_name
 from .stackops import commit_author, commit_message
 from .workspace import Workspace
 
@@ -160,10 +161,8 @@ def entries_through(ws: Workspace, patch: str | None) -> list[SeriesEntry]:
     series = ws.store.read_series()
     if patch is None:
         return list(series.entries)
-    for i, entry in enumerate(series.entries):
-        if patch in (entry.name, entry.name.removesuffix(".patch")) or ws.store.read_patch(entry.name).meta.id == patch:
-            return list(series.entries[: i + 1])
-    raise UsageError(f"'{patch}' is not a patch of the series")
+    name = patch_name(ws.store, patch, series=series)  # a name, its stem, the id or a unique prefix
+    return list(series.entries[: series.index(name) + 1])
 
 
 def run(ws: Workspace, *, lo: str, hi: str, patch: str | None, argv: Sequence[str] = (), pre: bool = False,

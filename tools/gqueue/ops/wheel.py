@@ -198,6 +198,7 @@ def write_overlay(upstream: Path, target_dir: Path, overlay: Overlay) -> Overlay
                     copied += 1
                     rows.append((name, *_hash_of(zf, source, upstream_record)))
                 writer.close()
+            os.chmod(tmp, _new_file_mode())  # mkstemp made it 0600; a wheel is read by other users' pip
             fault_point("write")
             final = target_dir / new_name.filename
             os.replace(tmp, final)
@@ -207,6 +208,13 @@ def write_overlay(upstream: Path, target_dir: Path, overlay: Overlay) -> Overlay
             raise
     return OverlayStats(new_name.filename, out.digest.hexdigest(), out.size, copied,
                         sorted(stats_replaced), added, sorted(stats_removed))
+
+
+def _new_file_mode() -> int:
+    """The mode open() gives a new file: 0o666 less the umask (as pip and build leave a wheel)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _hash_of(zf: zipfile.ZipFile, info: zipfile.ZipInfo, record: dict[str, tuple[str, int]]) -> tuple[str, str]:
