@@ -61,9 +61,12 @@ def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
         for entry in pins.pins:
             pins = pins.with_line(record_hashes(entry, wheel=wheel and entry.label == "pin"))
         ws.store.write_pins(pins)
-    rows = [{"label": p.label, "source": p.source, "version": p.version, "sdist_sha256": p.sdist_sha256,
-             "wheel_sha256": p.wheel_sha256} for p in pins.pins]
-    text = "\n".join(f"{r['label']:<10} {r['source']:<24} sdist {str(r['sdist_sha256'])[:12]}"
+    rows = [{"label": p.label, "source": p.source, "kind": p.kind, "project": p.project, "version": p.version,
+             "identity": p.identity, "sdist_sha256": p.sdist_sha256, "wheel_sha256": p.wheel_sha256,
+             "commit": p.commit} for p in pins.pins]
+    text = "\n".join(f"{r['label']:<10} {r['source']:<24} "
+                     + (f"commit {str(r['commit'])[:12]} ({r['project']} {r['version']})" if r["commit"]
+                        else f"sdist {str(r['sdist_sha256'])[:12]}")
                      + (f" wheel {str(r['wheel_sha256'])[:12]}" if r["wheel_sha256"] else "") for r in rows)
     return {"pins": rows}, text, ExitCode.OK
 

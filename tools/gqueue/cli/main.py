@@ -14,7 +14,8 @@ from .. import __version__
 from ..errors import ExitCode, GqueueError
 from ..ops.workspace import Workspace
 from ..store import Store
-from .output import CliReporter, emit_json
+from .output import CliReporter, emit_json, err_echo, out_echo
+from .style import CHOICES as COLOR_CHOICES
 
 # the commands the undo log records (ops/undo.py; kept here so others start without importing it)
 UNDOABLE = frozenset({"push", "pop", "goto", "refresh", "new", "delete", "rename", "move", "fold",
@@ -22,9 +23,10 @@ UNDOABLE = frozenset({"push", "pop", "goto", "refresh", "new", "delete", "rename
 
 
 class Context:
-    def __init__(self, directory: Path, quiet: bool) -> None:
+    def __init__(self, directory: Path, quiet: bool, color: str = "auto") -> None:
         self.directory = directory
-        self.reporter = CliReporter(quiet)
+        self.color = color
+        self.reporter = CliReporter(quiet, color)
         self.json = False
         self.command = ""
 
@@ -93,7 +95,7 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
             if ctx.json:
                 emit_json(name, ok=code == 0, result=result, notes=ctx.reporter.notes)
             elif text:
-                click.echo(text)
+                out_echo(text, ctx.color)
             sys.exit(int(code))
 
         return wrapper
@@ -115,9 +117,10 @@ def _fail(ctx: Context, name: str, error: dict[str, Any], line: str, code: int, 
     if ctx.json:
         emit_json(name, ok=False, error=error, notes=ctx.reporter.notes)
     else:
-        click.echo(line, err=True)
+        ctx.reporter.done()  # a progress line is cleared before the error is written
+        err_echo(line, ctx.color)
         if hint:
-            click.echo(f"hint: {hint}", err=True)
+            err_echo(f"hint: {hint}", ctx.color)
     sys.exit(int(code))
 
 
@@ -147,11 +150,13 @@ class Group(click.Group):
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               help="Run as if started in DIR.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
+@click.option("--color", "color", type=click.Choice(COLOR_CHOICES), default="auto", show_default=True,
+              help="Colour statuses and errors: on a terminal without NO_COLOR (auto), always, or never.")
 @click.version_option(__version__, prog_name="gqueue")
 @click.pass_context
-def cli(click_ctx: click.Context, directory: Path, quiet: bool) -> None:
+def cli(click_ctx: click.Context, directory: Path, quiet: bool, color: str) -> None:
     """gqueue: a git-backed patch queue for a pinned vLLM."""
-    click_ctx.obj = Context(directory, quiet)
+    click_ctx.obj = Context(directory, quiet, color)
 
 
 def main() -> None:

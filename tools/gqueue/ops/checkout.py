@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 from ..model.pin import Pin
-from ..upstream.archive import read_archive
-from ..upstream.resolve import sdist_path
+from ..progress import Meter
+from ..upstream.archive import Member
+from ..upstream.resolve import base_tree, fetch_base
 from ..vcs.git import BRANCH
 from .workspace import Workspace
 
@@ -32,17 +34,28 @@ def import_pin(ws: Workspace, pin: Pin) -> tuple[str, int]:
     existing = ws.repo.rev(f"refs/tags/{pin.tag_name}")
     if existing is not None:
         return existing, len(ws.repo.tree_entries(existing))
-    archive = sdist_path(pin)
-    ws.reporter.progress(f"importing {archive.name}")
-    members = read_archive(archive)
-    commit = ws.repo.import_tree(
-        ((m.path, m.mode, m.data) for m in members),
-        f"{pin.project} {pin.version} (pinned upstream)\n",
-        ref=f"refs/gqueue/import/{pin.version}",
-        tag=pin.tag_name,
-    )
-    ws.repo.delete_ref(f"refs/gqueue/import/{pin.version}")
+    members, left_out = base_tree(pin, meter=ws.reporter.meter, live=ws.reporter.live)
+    for path in left_out:
+        ws.reporter.note(f"submodule {path} is not part of the pinned tree (gqueue takes the commit's own files)")
+    bar = ws.reporter.meter(f"importing {pin.project} {pin.version}", len(members), "files")
+    try:
+        commit = ws.repo.import_tree(
+            ((m.path, m.mode, m.data) for m in _counted(members, bar)),
+            f"{pin.project} {pin.version} (pinned upstream)\n"
+            + (f"\nupstream commit {pin.commit}\n" if pin.commit else ""),
+            ref=f"refs/gqueue/import/{pin.tag_name.rsplit('/', 1)[-1]}",
+            tag=pin.tag_name,
+        )
+    finally:
+        bar.close()
+    ws.repo.delete_ref(f"refs/gqueue/import/{pin.tag_name.rsplit('/', 1)[-1]}")
     return commit, len(members)
+
+
+def _counted(members: list[Member], bar: Meter) -> Iterator[Member]:
+    for member in members:
+        yield member
+        bar.advance(1)
 
 
 def checkout(ws: Workspace) -> CheckoutResult:
@@ -50,7 +63,7 @@ def checkout(ws: Workspace) -> CheckoutResult:
     pin = ws.pin()
     created = not ws.repo.exists()
     if created:
-        sdist_path(pin)  # fetch and verify first: a refused download leaves no empty work/
+        fetch_base(pin, meter=ws.reporter.meter, live=ws.reporter.live)  # fetch and verify first: a refused download leaves no empty work/
         ws.repo.init()
         (ws.repo.git_dir / "info").mkdir(exist_ok=True)
         (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
@@ -59,7 +72,7 @@ def checkout(ws: Workspace) -> CheckoutResult:
         # the files first, HEAD last: a checkout killed before HEAD names the commit is redone
         # in full by the next run (one killed after HEAD was set but before the files were
         # written left a tree that looked changed)
-        ws.repo.checkout_fresh(commit)
+        ws.repo.checkout_fresh(commit, show_progress=ws.reporter.live)
         ws.repo.update_ref(BRANCH, commit)
         ws.repo.set_head(BRANCH)
         if files >= SETTLE_FROM:

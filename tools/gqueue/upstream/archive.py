@@ -12,9 +12,10 @@ import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import IntegrityError
+from ..progress import MeterFactory, null_meter
 
 MAX_TOTAL = 8 << 30
 MAX_MEMBER = 1 << 30
@@ -65,14 +66,30 @@ def _strip_top(items: list[tuple[list[str], str, bytes]], archive: str) -> Itera
         yield Member("/".join(rel), mode, data)
 
 
-def read_archive(path: Path) -> list[Member]:
+def read_archive(path: Path, *, meter: MeterFactory = null_meter) -> list[Member]:
+    """The archive's files; ``meter`` counts them as they are read."""
     name = path.name
-    if name.endswith(".zip") or name.endswith(".whl"):
-        return list(_read_zip(path))
-    return list(_read_tar(path))
+    bar = meter(f"reading {name}", None, "files")
+    try:
+        if name.endswith(".zip") or name.endswith(".whl"):
+            return list(_read_zip(path, bar.advance))
+        return list(_read_tar(path, bar.advance))
+    finally:
+        bar.close()
 
 
-def _read_tar(path: Path) -> Iterator[Member]:
+def check_tree_entry(name: str, mode: str, data: bytes, archive: str) -> Member:
+    """One file of a tree that did not come from an archive (a git commit), checked as an
+    archive member is: no absolute or escaping name, no link out of the tree."""
+    parts = _check_name(name, archive)
+    if not parts:
+        raise IntegrityError(f"tree entry '{name}' has an empty name", path=archive)
+    if mode == "120000":
+        _check_link(parts, data.decode("utf-8", "surrogateescape"), archive)
+    return Member("/".join(parts), mode, data)
+
+
+def _read_tar(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
     archive = path.name
     packed = path.stat().st_size
     total = 0
@@ -80,6 +97,7 @@ def _read_tar(path: Path) -> Iterator[Member]:
     try:
         with tarfile.open(path, "r:*") as tar:
             for info in tar:
+                tick(1)
                 parts = _check_name(info.name, archive)
                 if not parts or info.isdir():
                     continue
@@ -104,7 +122,7 @@ def _read_tar(path: Path) -> Iterator[Member]:
     yield from _strip_top(items, archive)
 
 
-def _read_zip(path: Path) -> Iterator[Member]:
+def _read_zip(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
     archive = path.name
     packed = path.stat().st_size
     total = 0
@@ -112,6 +130,7 @@ def _read_zip(path: Path) -> Iterator[Member]:
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
+                tick(1)
                 parts = _check_name(info.filename, archive)
                 if not parts or info.is_dir():
                     continue

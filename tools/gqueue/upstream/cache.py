@@ -13,6 +13,7 @@ from pathlib import Path
 import platformdirs
 
 from ..errors import IntegrityError, NetworkError
+from ..progress import MeterFactory, null_meter
 
 CHUNK = 1 << 20
 
@@ -35,10 +36,11 @@ def cached(sha256: str, filename: str) -> Path | None:
     return target if target.is_file() else None
 
 
-def fetch(url: str, sha256: str, filename: str, *, where: str) -> Path:
+def fetch(url: str, sha256: str, filename: str, *, where: str, meter: MeterFactory = null_meter) -> Path:
     """The cached file for ``sha256``, downloading ``url`` first if needed.
 
-    ``where`` names the file and line that promised the hash, for the error message.
+    ``where`` names the file and line that promised the hash, for the error message;
+    ``meter`` is told the bytes as they come.
     """
     target = cache_dir() / "sha256" / sha256[:2] / sha256 / filename
     if target.is_file():
@@ -58,15 +60,25 @@ def fetch(url: str, sha256: str, filename: str, *, where: str) -> Path:
                 except OSError as exc:
                     raise NetworkError(f"cannot read {source}: {exc.strerror}", path=where.split(":")[0]) from None
                 with handle:
-                    for chunk in iter(lambda: handle.read(CHUNK), b""):
-                        digest.update(chunk)
-                        out.write(chunk)
+                    bar = meter(f"copying {filename}", os.fstat(handle.fileno()).st_size, "bytes")
+                    try:
+                        for chunk in iter(lambda: handle.read(CHUNK), b""):
+                            digest.update(chunk)
+                            out.write(chunk)
+                            bar.advance(len(chunk))
+                    finally:
+                        bar.close()
             else:
                 try:
                     with urllib.request.urlopen(url, timeout=120) as response:
-                        for chunk in iter(lambda: response.read(CHUNK), b""):
-                            digest.update(chunk)
-                            out.write(chunk)
+                        bar = meter(f"downloading {filename}", getattr(response, "length", None), "bytes")
+                        try:
+                            for chunk in iter(lambda: response.read(CHUNK), b""):
+                                digest.update(chunk)
+                                out.write(chunk)
+                                bar.advance(len(chunk))
+                        finally:
+                            bar.close()
                 except (urllib.error.URLError, OSError) as exc:
                     raise NetworkError(f"cannot download {url}: {exc}") from None
         if digest.hexdigest() != sha256:

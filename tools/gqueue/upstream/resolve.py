@@ -1,27 +1,78 @@
-"""From a pin to a verified local file: the sdist (work tree) or the binary wheel (build)."""
+"""From a pin to verified local data: the sdist or upstream commit (work tree), the binary wheel (build)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from ..errors import FormatError, IntegrityError
+from ..errors import FormatError, GqueueError, IntegrityError, NetworkError
 from ..model.pin import Pin
+from ..progress import MeterFactory, null_meter
 from . import cache, index
+from .archive import Member, check_tree_entry, read_archive
+
+if TYPE_CHECKING:
+    from ..vcs.git import MirrorRepo
 
 
 def _where(pin: Pin) -> str:
     return f"vendor-pin.txt:{pin.line}"
 
 
-def sdist_path(pin: Pin) -> Path:
+def sdist_path(pin: Pin, *, meter: MeterFactory = null_meter) -> Path:
     sha = pin.sdist_sha256
+    if pin.kind == "git":
+        raise FormatError(f"{pin.describe()} is a git commit, not an archive", path="vendor-pin.txt", line=pin.line)
     if pin.url is not None:
         location = pin.url.split("#", 1)[0]
         filename = location.rstrip("/").rsplit("/", 1)[-1]
         assert sha is not None  # parse_source insists on it
-        return cache.fetch(location, sha, filename, where=_where(pin))
-    return _from_index(pin, "sdist", sha, f"{pin.project}-{pin.version}.tar.gz", index.find_sdist)
+        return cache.fetch(location, sha, filename, where=_where(pin), meter=meter)
+    return _from_index(pin, "sdist", sha, f"{pin.project}-{pin.version}.tar.gz", index.find_sdist, meter)
+
+
+def fetch_base(pin: Pin, *, meter: MeterFactory = null_meter, live: bool = False) -> None:
+    """Fetch and verify the pin's tree into the cache (the sdist, or the git commit)."""
+    if pin.kind == "git":
+        _mirror_commit(pin, live=live)
+    else:
+        sdist_path(pin, meter=meter)
+
+
+def base_tree(pin: Pin, *, meter: MeterFactory = null_meter, live: bool = False) -> tuple[list[Member], list[str]]:
+    """The files of the pinned tree, checked, and the paths left out (a commit's submodules)."""
+    if pin.kind != "git":
+        return read_archive(sdist_path(pin, meter=meter), meter=meter), []
+    mirror = _mirror_commit(pin, live=live)
+    assert pin.commit is not None
+    files, gitlinks = mirror.tree_files(pin.commit)
+    label = f"commit {pin.commit[:12]}"
+    return [check_tree_entry(path, mode, data, label) for path, mode, data in files], gitlinks
+
+
+def mirror_path(git_url: str) -> Path:
+    """The cache's bare repository for one upstream URL."""
+    return cache.cache_dir() / "git" / (hashlib.sha256(git_url.encode()).hexdigest()[:24] + ".git")
+
+
+def _mirror_commit(pin: Pin, *, live: bool) -> "MirrorRepo":
+    from ..vcs.git import MirrorRepo
+
+    assert pin.git_url is not None and pin.commit is not None
+    mirror = MirrorRepo(mirror_path(pin.git_url))
+    if mirror.exists() and mirror.has_commit(pin.commit):
+        return mirror
+    try:
+        mirror.fetch_commit(pin.git_url, pin.commit, show_progress=live)
+    except GqueueError as exc:
+        raise NetworkError(
+            f"cannot fetch commit {pin.commit} from {pin.git_url}: {exc.message}", path="vendor-pin.txt",
+            line=pin.line, hint="the commit id must be the full id of a commit the repository has",
+        ) from None
+    if not mirror.has_commit(pin.commit):  # fetch_commit checks this; a second look costs nothing
+        raise IntegrityError(f"{pin.git_url} gave no commit {pin.commit}", path="vendor-pin.txt", line=pin.line)
+    return mirror
 
 
 def wheel_path(pin: Pin) -> Path:
@@ -29,7 +80,7 @@ def wheel_path(pin: Pin) -> Path:
 
 
 def _from_index(pin: Pin, kind: str, sha: str | None, filename: str | None,
-                find: Callable[[str, str], index.IndexFile]) -> Path:
+                find: Callable[[str, str], index.IndexFile], meter: MeterFactory = null_meter) -> Path:
     """The cached file of ``kind`` for ``pin``, else the index's, checked against the recorded sha256."""
     if sha is None:
         raise FormatError(
@@ -46,7 +97,7 @@ def _from_index(pin: Pin, kind: str, sha: str | None, filename: str | None,
             f"sha256 mismatch for {found.filename}: vendor-pin.txt says {sha}, the index says {found.sha256}",
             path="vendor-pin.txt", line=pin.line,
         )
-    return cache.fetch(found.url, sha, found.filename, where=_where(pin))
+    return cache.fetch(found.url, sha, found.filename, where=_where(pin), meter=meter)
 
 
 def record_hashes(pin: Pin, *, wheel: bool = False) -> Pin:

@@ -388,8 +388,17 @@ class WorkRepo:
         values = out.split(b"\0")[2::3]
         return all(v == b"unspecified" for v in values)
 
-    def checkout_fresh(self, commit: str) -> None:
-        self.run("read-tree", "--reset", "-u", commit)
+    def checkout_fresh(self, commit: str, *, show_progress: bool = False) -> None:
+        """Index and files of ``commit``; ``show_progress``: git counts the files on the terminal."""
+        if not show_progress:
+            self.run("read-tree", "--reset", "-u", commit)
+            return
+        fault_point("git")
+        proc = subprocess.run(["git", *CONFIG, "read-tree", "--reset", "-u", "-v", commit], cwd=self.path,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=_env())
+        if proc.returncode != 0:
+            raise _failure("read-tree", b"", proc.returncode)
+
 
     def remove_untracked(self) -> None:
         """Delete the files git does not track and does not ignore (ignored ones stay)."""
@@ -502,6 +511,56 @@ class WorkRepo:
             if current is not None:
                 current.append(line)
         return [b"".join(c) for c in chunks]
+
+
+class MirrorRepo(WorkRepo):
+    """A bare repository in the download cache holding the upstream commits that pins name.
+
+    A commit is fetched by its full id (objects checked as they arrive), so what is kept is
+    what the id names; each one fetched is held by a ref of its own.
+    """
+
+    @property
+    def git_dir(self) -> Path:
+        return self.path
+
+    def exists(self) -> bool:
+        return (self.path / "HEAD").is_file() and (self.path / "objects").is_dir()
+
+    def init(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["git", *CONFIG, "init", "-q", "--bare", str(self.path)], capture_output=True, env=_env())
+        if proc.returncode != 0:
+            raise _failure("init", proc.stderr, proc.returncode)
+        self.run("config", "gc.auto", "0")
+
+    def has_commit(self, commit: str) -> bool:
+        return self.rev(commit) == commit
+
+    def fetch_commit(self, url: str, commit: str, *, show_progress: bool = False) -> None:
+        """Fetch ``commit`` from ``url``; where the server will not hand out a commit by its id,
+        its branches and tags instead. ``show_progress``: git draws its own on the terminal."""
+        if not self.exists():
+            self.init()
+        checked = ("-c", "fetch.fsckObjects=true", "-c", "protocol.file.allow=always")
+        for refspecs in ((commit,), ("+refs/heads/*:refs/upstream/heads/*", "+refs/tags/*:refs/upstream/tags/*")):
+            args = ["git", *CONFIG, *checked, "fetch", "--no-tags", "--no-write-fetch-head",
+                    "--progress" if show_progress else "--quiet", "--", url, *refspecs]
+            proc = subprocess.run(args, cwd=self.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=None if show_progress else subprocess.PIPE, env=_env())
+            if self.has_commit(commit):
+                self.update_ref(f"refs/gqueue/pins/{commit}", commit)
+                return
+            failure = proc.stderr if proc.stderr else b""
+        raise _failure("fetch", failure, proc.returncode)
+
+    def tree_files(self, commit: str) -> tuple[list[tuple[str, str, bytes]], list[str]]:
+        """(files as (path, mode, data), paths of submodules, which are not included) of ``commit``."""
+        entries = self.tree_entries(commit)
+        gitlinks = sorted(p for p, e in entries.items() if e.mode == "160000")
+        files = {p: e for p, e in entries.items() if e.mode != "160000"}
+        data = self.blobs(e.sha for e in files.values())
+        return [(p, e.mode if e.mode != "100664" else "100644", data[e.sha]) for p, e in sorted(files.items())], gitlinks
 
 
 def _prefixes(strip: int) -> tuple[str, ...]:
