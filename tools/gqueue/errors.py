@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from enum import IntEnum
 
 
@@ -11,6 +13,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     CONFLICT = 3
     BUG = 4
+    FILESYSTEM = 5
 
 
 def one_line(text: str) -> str:
@@ -107,3 +110,36 @@ class ConflictError(GqueueError):
 
 class NetworkError(GqueueError):
     ref = "network"
+
+
+# what a write can meet that is the file system's doing, not gqueue's: -> (reason, hint)
+_WRITE_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.EROFS: ("the file system is read-only", "remount it read-write, then run the command again"),
+    errno.EACCES: ("permission denied", "make it writable (chmod u+w), then run the command again"),
+    errno.EPERM: ("operation not permitted", "make it writable (chmod u+w), then run the command again"),
+    errno.ENOSPC: ("no space left on the device", "free some space, then run the command again"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free some space, then run the command again"),
+}
+
+
+class FilesystemError(GqueueError):
+    """A write was refused by the file system: read-only, no permission, full disk."""
+
+    code = ExitCode.FILESYSTEM
+    ref = "filesystem"
+
+    @classmethod
+    def from_os_error(cls, exc: BaseException, root: "os.PathLike[str] | str | None" = None) -> "FilesystemError | None":
+        """The typed error for an OSError a write met, or None when it is not one of those."""
+        if not isinstance(exc, OSError) or exc.errno not in _WRITE_ERRNOS:
+            return None
+        reason, hint = _WRITE_ERRNOS[exc.errno]
+        where = exc.filename if isinstance(exc.filename, str) else None
+        if where is not None:
+            name = os.path.basename(where)
+            if name.startswith(".") and name.endswith(".tmp"):  # an atomic write's temporary: its folder
+                where = os.path.dirname(where)
+            if root is not None:
+                rel = os.path.relpath(where, root)
+                where = where if rel.startswith("..") else rel
+        return cls(f"cannot write: {reason}", path=where, hint=hint)

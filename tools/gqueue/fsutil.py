@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import tempfile
@@ -47,3 +48,17 @@ def atomic_delete(path: Path) -> None:
     fault_point("write")
     path.unlink()
     fault_point("write")
+
+
+def require_writable(path: Path) -> None:
+    """Raise the OSError a write at ``path`` (a folder or a file) would meet when it is read-only
+    (EROFS: the file system; EACCES: its permissions). Nothing is written: a probe file could be
+    left behind by a kill. A path that does not exist is not checked."""
+    try:
+        if os.access(path, os.W_OK):
+            return
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except FileNotFoundError:
+        return
+    code = errno.EROFS if read_only else errno.EACCES
+    raise OSError(code, os.strerror(code), str(path))

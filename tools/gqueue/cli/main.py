@@ -11,7 +11,7 @@ from typing import Any, Callable
 import click
 
 from .. import __version__
-from ..errors import ExitCode, GqueueError
+from ..errors import ExitCode, FilesystemError, GqueueError
 from ..ops.workspace import Workspace
 from ..store import Store
 from .output import CliReporter, emit_json, err_echo, out_echo
@@ -20,6 +20,12 @@ from .style import CHOICES as COLOR_CHOICES
 # the commands the undo log records (ops/undo.py; kept here so others start without importing it)
 UNDOABLE = frozenset({"push", "pop", "goto", "refresh", "new", "delete", "rename", "move", "fold",
                       "header", "import"})
+
+
+# the commands that write queue files (series, queue/, vendor-pin.txt) as one step of several;
+# every locked command but pin, header and build may move the stack or write in work/
+QUEUE_WRITERS = frozenset({"refresh", "new", "delete", "rename", "move", "fold", "import", "rebase", "undo", "redo"})
+WORK_READERS = frozenset({"pin", "header", "build"})
 
 
 class Context:
@@ -40,6 +46,8 @@ class Context:
 
             try:
                 ws.lock()
+                # a read-only queue or work tree is said before anything changes (recovery included)
+                ws.require_writable(queue=self.command in QUEUE_WRITERS, work=self.command not in WORK_READERS)
                 recover(ws, repairing=self.command == "repair")
             except BaseException:
                 ws.close()  # the boundary never sees this workspace: let its lock go here
@@ -80,6 +88,10 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
             except KeyboardInterrupt:
                 _fail(ctx, name, {"ref": "interrupted", "message": "interrupted"}, "error[interrupted]: interrupted", ExitCode.ERROR, None)
             except Exception as exc:  # noqa: BLE001 - the boundary for bugs
+                refused = FilesystemError.from_os_error(exc, ws.store.root if ws is not None else _root(ctx))
+                if refused is not None:  # the file system's doing (read-only, permissions, full disk)
+                    _fail(ctx, name, refused.to_json(), f"error[{refused.ref}]: {refused.one_line()}",
+                          refused.code, refused.hint)
                 import traceback
 
                 detail = traceback.format_exc()
@@ -111,6 +123,13 @@ def _record(ws: Workspace, mark: Any) -> None:
         undo.record(ws, mark)
     except (OSError, GqueueError) as exc:
         click.echo(f"warning: the undo log was not updated: {exc}", err=True)
+
+
+def _root(ctx: Context) -> Path | None:
+    try:
+        return ctx.store().root
+    except GqueueError:
+        return None
 
 
 def _fail(ctx: Context, name: str, error: dict[str, Any], line: str, code: int, hint: str | None) -> None:

@@ -373,7 +373,12 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     new_commit = ws.repo.commit_tree(tree, parent, commit_message(new_patch), commit_author(new_patch))
     digest = hashlib.sha256(format_patch(new_patch)).hexdigest()
     ws.write_journal({"op": "refresh", "old": top.commit, "new": new_commit, "patch": top.name, "sha256": digest})
-    ws.store.write_patch(new_patch)
+    try:
+        ws.store.write_patch(new_patch)
+    except OSError:  # refused (a full disk, a read-only queue/): the refresh did not happen, say nothing later
+        ws.repo.reset_index(top.commit)
+        ws.clear_journal()
+        raise
     ws.repo.update_ref(BRANCH, new_commit, top.commit)  # the index already holds its tree
     ws.clear_journal()
     if forced_push:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StateError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, require_writable
 from ..lock import QueueLock
 from ..model.pin import Pin
 from ..store import STATE, Store
@@ -77,6 +77,17 @@ class Workspace:
             self.reporter.note(f"cleared a stale lock left by pid {lock.stale.get('pid')} ({lock.stale.get('command')})")
         self._lock = lock
         return lock
+
+    def require_writable(self, *, queue: bool, work: bool) -> None:
+        """Before anything changes: the folders the command writes can be written (an OSError
+        the CLI boundary reports as a file-system error, instead of one met half-way)."""
+        paths = [self.state_dir]
+        if queue:
+            paths += [self.store.root, self.store.queue_dir]
+        if work:
+            paths += [self.repo.path, self.repo.git_dir]
+        for path in paths:
+            require_writable(path)
 
     def close(self) -> None:
         self.store.headers.save()
