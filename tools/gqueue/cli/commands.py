@@ -419,8 +419,8 @@ def _forced_push_status(name: str, dirty: list[str], info: dict[str, Any]) -> li
     lines = [f"{name} was pushed with --force and needs a refresh; its failed hunks are in "
              f"{len(rejects)} .rej file(s):"]
     lines += [f"  work/{path}" for path in rejects]
-    lines.append("make those changes in work/ (then delete nothing: refresh drops the .rej files), "
-                 "then 'gqueue refresh'; or 'gqueue pop -f' to drop the partial push")
+    lines.append("make those changes in work/, then 'gqueue refresh' (it removes the .rej files); "
+                 "or 'gqueue pop -f' to drop the partial push")
     return lines
 
 
