@@ -408,3 +408,19 @@ def test_import_writes_only_well_formed_authors(tmp_path: Path) -> None:
     assert "author" not in dep3_meta and dep3_meta["headers"]["Author"] == "Jane Doe"
     assert _header(q.root / "queue/P16-mail.patch")["author"] == "jane <jane@example.org>"
     assert _header(q.root / "queue/P17-folded.patch")["author"] == "Roe, John <john@example.org>"
+
+
+def test_import_of_an_mbox_with_a_broken_mail_names_its_line_and_writes_nothing(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS[:2])
+    lines = git("format-patch", "--stdout", "HEAD~2").splitlines(keepends=True)
+    hunk = [i for i, line in enumerate(lines) if line.startswith("@@ ")][1]
+    del lines[hunk + 3]  # the second mail's hunk ends early
+    mbox = tmp_path / "broken.mbox"
+    mbox.write_text("".join(lines))
+    series = (q.root / "series").read_bytes()
+    proc = q.run("import", str(mbox), check=False)
+    # the signature's '-- ' reads as one more removed line; the counts fail at the version line below it
+    end = lines.index("-- \n", hunk) + 2
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error[bad-format]: {mbox}:{end}: hunk line counts lie"), proc.stderr
+    assert (q.root / "series").read_bytes() == series and list((q.root / "queue").iterdir()) == []
