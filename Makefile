@@ -30,12 +30,26 @@ check-queue: $(VENV)/.tool
 	$(GQ) docs --check
 	$(GQ) check --junit bench-out/check-junit.xml
 
-# The tests: the queue gate, then every test but the GPU-only ones (slow real-vLLM tests included).
-# The kernel tests run in a process of their own: they turn on Triton's CPU interpreter, which
+# The tests: the queue gate, then every test but the GPU-only ones (slow real-vLLM tests included),
+# spread over the machine's cores (pytest-xdist; JOBS=1 runs them in one process).
+# The kernel tests run in a pytest of their own: they turn on Triton's CPU interpreter, which
 # changes what vLLM decides at import time in the patch tests.
-test: run $(VENV)/.vllm-deps check-queue
-	$(PY) -m pytest tests/kernels -m "not gpu" -p no:cacheprovider
-	$(PY) -m pytest -m "not gpu" -p no:cacheprovider --ignore=tests/kernels
+JOBS   ?= auto
+PYTEST := $(PY) -m pytest -m "not gpu" -p no:cacheprovider -n $(JOBS) --dist worksteal
+PHASE   = @echo "=== make test: $(1) [$$(date -u +%H:%M:%S)]"
+
+test: $(VENV)/.tool
+	$(call PHASE,phase 1/5: the main job (checkout and push the queue))
+	@$(MAKE) --no-print-directory run
+	$(call PHASE,phase 2/5: the test environment (CPU torch, vLLM's requirements))
+	@$(MAKE) --no-print-directory $(VENV)/.vllm-deps
+	$(call PHASE,phase 3/5: the queue gate (lint, docs, check))
+	@$(MAKE) --no-print-directory check-queue
+	$(call PHASE,phase 4/5: kernel tests under the Triton interpreter)
+	$(PYTEST) tests/kernels
+	$(call PHASE,phase 5/5: the tool's tests, the patch tests and the real-sdist tests)
+	$(PYTEST) --ignore=tests/kernels
+	$(call PHASE,done)
 
 bench: $(VENV)/.tool
 	$(PY) tools/bench/stack.py

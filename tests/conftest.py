@@ -42,3 +42,11 @@ def real_cache(monkeypatch: pytest.MonkeyPatch) -> str:
 import sys as _sys
 
 _sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# which phase of the suite is running, each phase's time and the slowest tests in the summary
+import phases  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.is_registered(phases):
+        config.pluginmanager.register(phases, "gqueue-phases")
