@@ -240,14 +240,21 @@ def test_import_of_an_mbox_makes_one_patch_per_mail_and_skips_the_cover_letter(t
 
 def test_import_of_an_mboxrd_unescapes_from_lines(tmp_path: Path) -> None:
     q = make_queue(tmp_path)
-    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS[:2])
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS)
     mbox = tmp_path / "rd.mbox"
-    mbox.write_text(git("format-patch", "--stdout", "--pretty=mboxrd", "HEAD~2"))
+    mbox.write_text(git("format-patch", "--stdout", "--pretty=mboxrd", "HEAD~3..HEAD~1"))
     assert ">From the reporter" in mbox.read_text() and ">>From a quoted" in mbox.read_text()
     q.run("import", str(mbox))
     assert q.run("series").stdout.split() == ["0001-Add-an-imported-change.patch", "0002-Fix-typo.patch"]
     meta = _header(q.root / "queue/0001-Add-an-imported-change.patch")
     assert meta["description"] == "From the reporter: f3 was off.\n>From a quoted mail.\n"
+    # an mbox of one mail is named from its subject too; its id 0001 is taken, so it gets 0001_2
+    one = tmp_path / "last.mbox"
+    one.write_text(git("format-patch", "--stdout", "HEAD~1"))
+    proc = q.run("import", str(one))
+    assert f"{one}:1: imported as 0001_2-Fix-typo.patch (id 0001_2): its id 0001 is the id of 0001-Add-an-imported-change.patch" in proc.stderr
+    assert q.run("series").stdout.split()[-1] == "0001_2-Fix-typo.patch"
+    assert q.run("lint").returncode == 0
 
 
 def test_import_gives_a_taken_id_the_next_free_one_and_says_so(tmp_path: Path) -> None:
@@ -256,10 +263,13 @@ def test_import_gives_a_taken_id_the_next_free_one_and_says_so(tmp_path: Path) -
     quilt.mkdir()
     (quilt / "fix-build.patch").write_text(unified("vllm/util.py", UTIL, UTIL.replace("return x + 3\n", "return x + 33\n")))
     (quilt / "fix-tests.patch").write_text(DIFF)
-    (quilt / "series").write_text("fix-build.patch\nfix-tests.patch\n")
+    config = BASE_FILES["vllm/config.py"]
+    (quilt / "fix.patch").write_text(unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n")))
+    (quilt / "series").write_text("fix-build.patch\nfix-tests.patch\nfix.patch\n")
     proc = q.run("import", "--series", str(quilt / "series"))
     assert f"{quilt / 'fix-tests.patch'}: imported as fix_2-tests.patch (id fix_2): its id fix is the id of fix-build.patch" in proc.stderr
-    assert q.run("series").stdout.split() == ["fix-build.patch", "fix_2-tests.patch"]
+    assert f"{quilt / 'fix.patch'}: imported as fix_3.patch (id fix_3)" in proc.stderr
+    assert q.run("series").stdout.split() == ["fix-build.patch", "fix_2-tests.patch", "fix_3.patch"]
     assert _header(q.root / "queue/fix_2-tests.patch")["id"] == "fix_2"
     assert q.run("lint").returncode == 0
 

@@ -40,6 +40,11 @@ class Foreign:
     notes: tuple[str, ...] = field(default=())
 
 
+def is_mbox(data: bytes) -> bool:
+    """Whether ``data`` starts with an mbox separator line."""
+    return bool(_FROM_LINE.match(data[: data.find(b"\n") + 1] if b"\n" in data else data))
+
+
 def split_mbox(data: bytes) -> list[tuple[int, bytes]]:
     """The mails of an mbox, each with the line it starts on. Only a line of the separator's own
     shape starts a mail (git format-patch writes message lines starting 'From ' unescaped); when

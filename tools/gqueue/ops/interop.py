@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import FormatError, UnsafePatchError, UsageError
 from ..fsutil import atomic_write
 from ..model.diff import as_p1
-from ..model.foreign import read_foreign, split_mbox
+from ..model.foreign import is_mbox, read_foreign, split_mbox
 from ..model.lint_rules import file_name_id
 from ..model.patch import PatchFile, new_patch, parse_patch, with_fields
 from ..model.series import parse_series
@@ -73,11 +73,11 @@ def _read_file(path: Path, folder: Path | None) -> bytes:
 
 
 def _split(path: Path, data: bytes, strip: int, reporter: Reporter) -> list[_Incoming]:
-    """One patch per mail of an mbox (a mail with no diff, such as a cover letter, skipped with a
-    note), or the file as one patch."""
+    """One patch per mail of an mbox, named as format-patch names them (a mail with no diff, such
+    as a cover letter, skipped with a note), or the file as one patch under its own name."""
     mails = split_mbox(data)
-    if len(mails) == 1:
-        return [_Incoming(path.name, str(path), str(path), data, 1, strip)]
+    if len(mails) == 1 and (path.name.endswith(".patch") or not is_mbox(data)):
+        return [_Incoming(path.name, str(path), str(path), data, 1, strip)]  # format-patch's own file, or no mail
     out: list[_Incoming] = []
     for line, mail in mails:
         foreign = read_foreign(mail)
@@ -152,11 +152,11 @@ def _unique(patch: PatchFile, owners: dict[str, str], taken: set[str]) -> tuple[
     owner = owners.get(patch.meta.id)
     if owner is None:
         return patch, None
-    n = 2
-    while f"{patch.meta.id}_{n}" in owners or f"{patch.meta.id}_{n}-{_rest(patch.name)}" in taken:
+    old_id, n = patch.meta.id, 2
+    tail = patch.name[len(old_id):]  # the name starts with the id: '-words.patch' or '.patch'
+    while f"{old_id}_{n}" in owners or f"{old_id}_{n}{tail}" in taken:
         n += 1
-    new_id = f"{patch.meta.id}_{n}"
-    new_name = f"{new_id}-{_rest(patch.name)}" if "-" in patch.name else f"{new_id}-{patch.name}"
+    new_id, new_name = f"{old_id}_{n}", f"{old_id}_{n}{tail}"
     return with_fields(replace(patch, name=new_name), {"id": new_id}), owner
 
 
@@ -180,14 +180,16 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
             raise UsageError(f"'{patch.name}' would be imported twice ({seen[patch.name]} and {item.source}); nothing was imported")
         if patch.name in taken:
             raise UsageError(f"a patch named '{patch.name}' is already in the queue")
-        if chosen and patch.meta.id in owners:
-            raise UsageError(f"the id '{patch.meta.id}' of {patch.name} is already the id of {owners[patch.meta.id]}",
-                             hint="each patch needs its own id: give another (import --id, or a name that starts with it)")
+        if chosen:
+            if patch.meta.id in owners:
+                raise UsageError(f"the id '{patch.meta.id}' of {patch.name} is already the id of {owners[patch.meta.id]}",
+                                 hint="each patch needs its own id: give another (import --id, or a name that starts with it)")
         else:
+            derived = patch.meta.id
             patch, owner = _unique(patch, owners, taken | set(seen))
             if owner is not None:
                 ws.reporter.note(f"{item.source}: imported as {patch.name} (id {patch.meta.id}): "
-                                 f"its id {file_name_id(item.name)} is the id of {owner}")
+                                 f"its id {derived} is the id of {owner}")
         _check_diff(patch, item, kind)
         seen[patch.name] = item.source
         owners.setdefault(patch.meta.id, patch.name)
