@@ -144,3 +144,22 @@ def test_a_git_pin_must_name_a_full_commit_the_repository_has(tmp_path: Path) ->
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"error[network]: vendor-pin.txt:1: cannot fetch commit {missing}")
     assert not q.work.exists()
+
+
+def test_init_and_check_take_a_git_pin_with_its_options(tmp_path: Path) -> None:
+    repo, first, second = _upstream_repo(tmp_path)
+    root = tmp_path / "q"
+    root.mkdir()
+    q = Queue(root)
+    q.run("init", "--pin", f"git+{repo.as_uri()}@{first} version=0.25.0.dev0")
+    assert (root / "vendor-pin.txt").read_text().endswith(f"pin git+{repo.as_uri()}@{first} version=0.25.0.dev0\n")
+    q.run("checkout")
+    q.write_patch("P1-parser.patch", "diff --git a/vllm/parser.py b/vllm/parser.py\n--- a/vllm/parser.py\n"
+                  "+++ b/vllm/parser.py\n@@ -1,3 +1,4 @@\n import json\n+import sys\n \n \n")
+    q.set_series("P1-parser.patch")
+    report = json.loads(q.run("check", "--no-lint", "--json", "--pin", first, "--pin",
+                              f"git+{repo.as_uri()}@{second} version=0.25.0.dev1", check=False).stdout)
+    assert [(p["version"], p["patches"][0]["status"] != "clean") for p in report["pins"]] == [
+        ("0.25.0.dev0", False), ("0.25.0.dev1", True)]
+    proc = q.run("check", "--pin", f"git+{repo.as_uri()}@{second}", check=False)
+    assert proc.returncode == 2 and "a git pin needs 'version=X.Y.Z'" in proc.stderr

@@ -118,7 +118,7 @@ class PinFile:
 
     def find(self, spec: str) -> Pin | None:
         for pin in self.pins:
-            if spec in (pin.label, pin.source, pin.version, pin.describe()):
+            if spec in (pin.label, pin.source, pin.version, pin.describe(), pin.commit, pin.identity):
                 return pin
         return None
 
@@ -146,7 +146,7 @@ def format_pin_line(pin: Pin) -> str:
 
 
 def parse_source(source: str, *, options: dict[str, str] | None = None, path: str = "vendor-pin.txt",
-                 line: int = 0) -> tuple[str, str, str | None]:
+                 line: int | None = 0) -> tuple[str, str, str | None]:
     """(project, version, url) of a pin source; ``options`` are the line's key=value words
     (``version=`` and ``project=`` name what an archive's or commit's name does not)."""
     options = options or {}
@@ -201,14 +201,14 @@ def parse_source(source: str, *, options: dict[str, str] | None = None, path: st
     return req.name.lower(), version, None
 
 
-def _check_name_and_version(project: str, version: str, *, path: str, line: int) -> None:
+def _check_name_and_version(project: str, version: str, *, path: str, line: int | None) -> None:
     if not _PROJECT.match(project):
         raise FormatError(f"invalid project name '{project}'", path=path, line=line)
     if not _VERSION.match(version) or ".." in version or version.endswith((".", ".lock")):
         raise FormatError(f"invalid version '{version}' (letters, digits and '.+_~-')", path=path, line=line)
 
 
-def _parse_git(source: str, options: dict[str, str], *, path: str, line: int) -> tuple[str, str, str]:
+def _parse_git(source: str, options: dict[str, str], *, path: str, line: int | None) -> tuple[str, str, str]:
     """``git+URL@COMMIT``: a repository URL and the full id of one of its commits."""
     location, at, commit = source[len("git+") :].rpartition("@")
     if not at or "://" not in location or "/" in commit:
@@ -233,6 +233,34 @@ def _parse_git(source: str, options: dict[str, str], *, path: str, line: int) ->
     return project.lower(), version, source
 
 
+def parse_options(words: list[str], *, path: str = "vendor-pin.txt", line: int | None = 0) -> dict[str, str]:
+    """The ``key=value`` words after a pin's source."""
+    options: dict[str, str] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq or key not in OPTIONS:
+            raise FormatError(f"unknown pin option '{word}'", path=path, line=line)
+        if key in options:
+            raise FormatError(f"pin option '{key}' is given twice", path=path, line=line)
+        if key in ("sdist", "wheel") and not (value.startswith("sha256:") and _HEX.match(value[7:])):
+            raise FormatError(f"'{key}' must be sha256:<64 hex digits>", path=path, line=line)
+        if key == "wheel-file" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", value):
+            raise FormatError(f"'wheel-file' must be a wheel's file name, not '{value}'", path=path, line=line)
+        options[key] = value
+    return options
+
+
+def pin_from_spec(label: str, spec: str, *, path: str = "--pin", line: int = 0) -> Pin:
+    """A pin given on the command line: 'SOURCE [key=value ...]', as on a vendor-pin.txt line
+    (``line``: the one it will have there; errors name ``path`` alone)."""
+    words = spec.split()
+    if not words:
+        raise FormatError("an empty pin", path=path)
+    options = parse_options(words[1:], path=path, line=None)
+    project, version, url = parse_source(words[0], options=options, path=path, line=None)
+    return Pin(label, words[0], project, version, url, options, line)
+
+
 def parse_pins(text: str, *, path: str = "vendor-pin.txt") -> PinFile:
     lines = tuple(split_lines(text))
     pins: list[Pin] = []
@@ -250,18 +278,7 @@ def parse_pins(text: str, *, path: str = "vendor-pin.txt") -> PinFile:
         if label in labels:
             raise FormatError(f"pin label '{label}' is used twice", path=path, line=number)
         labels.add(label)
-        options: dict[str, str] = {}
-        for word in rest:
-            key, eq, value = word.partition("=")
-            if not eq or key not in OPTIONS:
-                raise FormatError(f"unknown pin option '{word}'", path=path, line=number)
-            if key in options:
-                raise FormatError(f"pin option '{key}' is given twice", path=path, line=number)
-            if key in ("sdist", "wheel") and not (value.startswith("sha256:") and _HEX.match(value[7:])):
-                raise FormatError(f"'{key}' must be sha256:<64 hex digits>", path=path, line=number)
-            if key == "wheel-file" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl", value):
-                raise FormatError(f"'wheel-file' must be a wheel's file name, not '{value}'", path=path, line=number)
-            options[key] = value
+        options = parse_options(rest, path=path, line=number)
         project, version, url = parse_source(source, options=options, path=path, line=number)
         fragment, option = _url_hash(url), _hash_of(options.get("sdist"))
         if fragment and option and fragment != option:

@@ -11,7 +11,7 @@ import time
 from ..errors import UsageError
 from ..model import drift as d
 from ..model.patch import PatchFile
-from ..model.pin import Pin, parse_source
+from ..model.pin import Pin, pin_from_spec
 from ..model.series import SeriesEntry
 from ..upstream.resolve import record_hashes
 from .checkout import EXCLUDES, import_pin
@@ -27,11 +27,10 @@ def resolve_pin(ws: Workspace, spec: str) -> Pin:
     if found is not None:
         return found
     try:
-        project, version, url = parse_source(spec, path="--pin")
+        pin = pin_from_spec("cli", spec)
     except Exception as exc:  # noqa: BLE001 - a FormatError about the option, shown as usage
         raise UsageError(f"--pin {spec}: {getattr(exc, 'message', exc)}") from None
-    pin = Pin("cli", spec, project, version, url, {}, 0)
-    if url is None:
+    if pin.url is None:
         ws.reporter.progress(f"looking up {pin.describe()} on the index")
         pin = record_hashes(pin)
     return pin

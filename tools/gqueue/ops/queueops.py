@@ -11,7 +11,7 @@ from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..fsutil import atomic_write
 from ..model.lint_rules import file_name_id
 from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch, with_fields
-from ..model.pin import Pin, format_pin_line, parse_pins, parse_source
+from ..model.pin import format_pin_line, parse_pins, pin_from_spec
 from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.git import CommitSpec
@@ -42,8 +42,7 @@ def init(directory: Path, pin_spec: str, *, record: bool = True) -> InitResult:
     for name in (SERIES, PIN):
         if (directory / name).exists():
             raise StateError(f"{name} already exists: this is a queue already", path=name)
-    project, version, url = parse_source(pin_spec, path="--pin")
-    pin = Pin("pin", pin_spec, project, version, url, {}, 1)
+    pin = pin_from_spec("pin", pin_spec, line=1)
     if record:
         from ..upstream.resolve import record_hashes  # the download stack loads only here
 
