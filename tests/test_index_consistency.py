@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import random
+import shutil
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +32,7 @@ from gqueue.ops import checkout as checkout_op
 from gqueue.ops import reorder, stackops
 from gqueue.ops.workspace import Workspace
 from gqueue.store import Store
+from paths import REPO
 from synth import make_sdist, sha256
 
 LINES = 24
@@ -43,8 +48,10 @@ def git(work: Path, *args: str) -> str:
                           text=True, errors="surrogateescape").stdout
 
 
-def assert_consistent(ws: Workspace, edited: frozenset[str] | set[str] = frozenset()) -> None:
-    """Index == HEAD's tree, work tree == HEAD's files; dirty exactly where the user edited."""
+def assert_consistent(ws: Workspace, edited: frozenset[str] | set[str] = frozenset(),
+                      paths: set[str] | None = None) -> None:
+    """Index == HEAD's tree, work tree == HEAD's files (``paths``: the bytes of those only; the
+    others by git's status); dirty exactly where the user edited."""
     work = ws.repo.path
     head = {}
     for record in filter(None, git(work, "ls-tree", "-r", "-z", "HEAD").split("\0")):
@@ -60,7 +67,7 @@ def assert_consistent(ws: Workspace, edited: frozenset[str] | set[str] = frozens
                if p.is_file() and ".git" not in p.relative_to(work).parts}
     assert on_disk == set(head)
     for path, (_mode, sha) in head.items():
-        if path not in edited:
+        if path not in edited and (paths is None or path in paths):
             data = (work / path).read_bytes()
             assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == sha, f"{path} differs from HEAD"
     stale = sorted(p for p in set(head) | set(index) if head.get(p) != index.get(p))
@@ -201,5 +208,62 @@ def test_every_stack_move_leaves_index_head_and_tree_in_agreement(tmp_path: Path
                 assert_consistent(ws)
 
         walk()
+    finally:
+        ws.close()
+
+
+# --- a few hundred patches on the real pinned tree ------------------------------------------------
+
+
+def _synthseries() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("synthseries", REPO / "tools" / "bench" / "synthseries.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _keeps_a_size(patch: Path) -> bool:
+    """The patch changes some file without changing its length (what a stale index needed)."""
+    text = patch.read_text()
+    for part in text.split("diff --git ")[1:]:
+        lines = part.splitlines(keepends=True)
+        added = sum(len(x) for x in lines if x.startswith("+") and not x.startswith("+++"))
+        removed = sum(len(x) for x in lines if x.startswith("-") and not x.startswith("---"))
+        if added == removed:
+            return True
+    return False
+
+
+@pytest.mark.slow
+def test_three_hundred_patches_on_real_vllm_keep_index_head_and_tree_in_agreement(tmp_path: Path,
+                                                                                 real_cache: str) -> None:
+    """The project's series generator (tools/bench/synthseries.py) on the pinned sdist, with many
+    edits that keep a file's size: push --all, pop --all, push --all, then at patches picked at
+    random among those that keep a file's size, goto there, pop one and push it again in quick
+    succession (its files written twice within a second), checked after each move."""
+    root = tmp_path / "q"
+    (root / "queue").mkdir(parents=True)
+    shutil.copy(REPO / "vendor-pin.txt", root / "vendor-pin.txt")
+    (root / "series").write_text("")
+    ws = Workspace(Store(root))
+    try:
+        checkout_op.checkout(ws)
+        names = _synthseries().generate(ws.repo.path, root, n=300, seed=43, same_size=0.6)
+        assert len(names) == 300
+        touched = {line[6:].rstrip("\n") for name in names for line in (root / "queue" / name).open()
+                   if line.startswith("+++ b/")}
+        for move in ("push", "pop", "push"):
+            (stackops.push if move == "push" else stackops.pop)(ws, count=None)
+            assert_consistent(ws, paths=touched)
+        same_size = [name for name in names if _keeps_a_size(root / "queue" / name)]
+        assert len(same_size) >= 20
+        for name in random.Random(43).sample(same_size, 10):
+            stackops.goto(ws, name)
+            assert_consistent(ws, paths=touched)
+            for move in ("pop", "push", "pop", "push"):
+                (stackops.push if move == "push" else stackops.pop)(ws)
+                assert_consistent(ws, paths=touched)
+        assert ws.stack().names == names[: len(ws.stack().applied)]
     finally:
         ws.close()

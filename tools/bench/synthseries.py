@@ -9,11 +9,16 @@ or a new comment line); about 30% of the patches touch a file an earlier patch t
 series only applies in order; the patches touch one to three files each (most of the ~500).
 Returns the patch names in series order.
 
+With ``same_size=F`` an edit is, with probability F, a rewrite of an earlier patch's note
+to the patch's own tag of the same length (``S012.0`` -> ``S145.0``), which leaves the
+file's size as it was: the case where a rewritten file keeps its whole stat record.
+
 With ``stable_against=NEW_TREE_DIR`` every edit is placed where the lines around it are the
 same in the other tree, so the series also moves there without conflicts (for measuring a
 rebase when nothing conflicts).
 
     python tools/bench/synthseries.py TREE_DIR OUT_DIR [-n 300] [--seed 0] [--stable-against DIR]
+        [--same-size F]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import difflib
 import hashlib
 import random
+import re
 from pathlib import Path
 
 FILES = 500
@@ -80,6 +86,21 @@ def _edit(lines: list[str], rng: random.Random, tag: str, allowed: set[int] | No
     return out
 
 
+TAG = re.compile(r"S[0-9]{3,}\.[0-9]+")
+
+
+def _retag(lines: list[str], rng: random.Random, tag: str) -> list[str] | None:
+    """An earlier note's tag in ``lines`` replaced by ``tag`` (same length); None if there is none."""
+    spots = [(i, m.start(), m.end()) for i, line in enumerate(lines) for m in TAG.finditer(line)
+             if m.end() - m.start() == len(tag) and m.group() != tag]
+    if not spots:
+        return None
+    i, start, end = rng.choice(spots)
+    out = list(lines)
+    out[i] = lines[i][:start] + tag + lines[i][end:]
+    return out
+
+
 def _diff(path: str, old: str, new: str) -> str:
     body = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         f"a/{path}", f"b/{path}", n=3))
@@ -88,7 +109,7 @@ def _diff(path: str, old: str, new: str) -> str:
 
 
 def generate(tree_dir: Path, out_dir: Path, n: int = 300, seed: int = 0, *,
-             stable_against: Path | None = None) -> list[str]:
+             stable_against: Path | None = None, same_size: float = 0.0) -> list[str]:
     rng = random.Random(seed)
     tree_dir, out_dir = Path(tree_dir), Path(out_dir)
     files = _candidates(tree_dir, rng, Path(stable_against) if stable_against else None)
@@ -125,7 +146,11 @@ def generate(tree_dir: Path, out_dir: Path, n: int = 300, seed: int = 0, *,
             old = current[path]
             lines = old.splitlines(keepends=True)
             for k in range(rng.choice((1, 1, 2, 3))):
-                edited = _edit(lines, rng, f"S{number:03d}.{k}", _shifted(allowed[path], pristine[path], lines))
+                edited = None
+                if same_size and rng.random() < same_size:
+                    edited = _retag(lines, rng, f"S{number:03d}.{k}")
+                if edited is None:
+                    edited = _edit(lines, rng, f"S{number:03d}.{k}", _shifted(allowed[path], pristine[path], lines))
                 if edited is not None:
                     lines = edited
             new = "".join(lines)
@@ -167,8 +192,10 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stable-against", type=Path)
+    parser.add_argument("--same-size", type=float, default=0.0)
     args = parser.parse_args()
-    names = generate(args.tree, args.out, args.n, args.seed, stable_against=args.stable_against)
+    names = generate(args.tree, args.out, args.n, args.seed, stable_against=args.stable_against,
+                     same_size=args.same_size)
     print(f"{len(names)} patches in {args.out / 'queue'}")
 
 
