@@ -443,3 +443,68 @@ def test_push_into_a_read_only_work_tree(tmp_path: Path, monkeypatch: pytest.Mon
     assert not (q.root / ".gqueue" / "journal.json").exists()
     _allow_writes(monkeypatch, q.work)
     assert q.run("push").returncode == 0
+
+
+# --- the pin changed after checkout (issue 38, item 3) ---------------------------------------------
+#
+# checkout, check and rebase found the pin's tree by project and version only: after the pin's
+# URL or sha256 changed, a wrong hash or a missing file was never noticed, and a changed archive
+# was never imported. The tree is now keyed on what verified it (Pin.identity).
+
+
+def _repin(q: Queue, archive: Path, digest: str) -> None:
+    (q.root / "vendor-pin.txt").write_text(f"pin {archive.as_uri()}#sha256={digest}\n")
+
+
+def test_wrong_sha256_after_checkout(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    _repin(box.q, tmp_path / "upstream" / "vllm-0.1.0.tar.gz", "0" * 64)
+    before = box.state()
+    _assert_one_line_error(box.run("checkout"), 1, "integrity", "sha256 mismatch")
+    _assert_one_line_error(box.run("check"), 1, "integrity", "sha256 mismatch")
+    _assert_one_line_error(box.run("push"), 1, "state", "no base for")
+    assert box.state() == before
+
+
+def test_missing_archive_after_checkout(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    _repin(box.q, tmp_path / "gone" / "vllm-0.1.0.tar.gz", "1" * 64)
+    before = box.state()
+    proc = box.run("checkout")
+    assert proc.returncode == 1 and "gone" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert box.state() == before
+
+
+@pytest.mark.parametrize("applied", [False, True])
+def test_changed_archive_is_imported(applied: bool, tmp_path: Path) -> None:
+    """A new archive for the same version (the pin's hash changed with it): checkout imports it and,
+    with nothing applied, moves work/ onto it; with a stack applied it refuses and changes nothing
+    (it kept the old tree and said nothing)."""
+    q = make_queue(tmp_path)
+    config = BASE_FILES["vllm/config.py"]
+    q.write_patch("C1-cfg.patch", _fs_unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n")))
+    q.set_series("C1-cfg.patch")
+    q.run("checkout")
+    if applied:
+        q.run("push")
+    files: dict[str, str | bytes] = dict(BASE_FILES)
+    files["README.md"] = "synthetic upstream, re-released\n"
+    archive = make_sdist(tmp_path / "upstream2", "0.1.0", files)
+    _repin(q, archive, sha256(archive))
+    box = Sandbox(tmp_path, q)
+    before = box.state()
+    proc = q.run("checkout", check=False)
+    if applied:
+        _assert_one_line_error(proc, 1, "state", "built on another tree")
+        after = box.state()
+        assert (after[0], after[3]) == (before[0], before[3])  # the files: all as they were (the cache keeps what it verified)
+        heads = [ln for ln in before[1].splitlines() if ln.endswith((" HEAD", " refs/heads/gqueue"))]
+        assert heads and set(heads) <= set(after[1].splitlines())  # the stack too (the new tree is imported beside it)
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert (q.work / "README.md").read_text() == "synthetic upstream, re-released\n"
+    assert q.run("status").returncode == 0
+    q.run("push")
+    assert (q.work / "README.md").read_text() == "synthetic upstream, re-released\n"
+    assert "OPTION_3 = 33" in (q.work / "vllm" / "config.py").read_text()

@@ -6,12 +6,14 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..errors import StateError
 from ..model.pin import Pin
 from ..progress import Meter
 from ..upstream.archive import Member
 from ..upstream.resolve import base_tree, fetch_base
 from ..vcs.git import BRANCH
-from .workspace import Workspace
+from .transaction import move
+from .workspace import Workspace, base_ref
 
 SETTLE_FROM = 1000  # files; re-reading a smaller tree's racy entries costs less than the wait
 EXCLUDES = "# gqueue\n__pycache__/\n*.py[cod]\n*.so\n*.egg-info/\n/build/\n"
@@ -31,7 +33,8 @@ class CheckoutResult:
 
 def import_pin(ws: Workspace, pin: Pin) -> tuple[str, int]:
     """Make sure the pin's tree is in the work repository (tagged); return (commit, files)."""
-    existing = ws.repo.rev(f"refs/tags/{pin.tag_name}")
+    key = base_ref(pin)
+    existing = ws.repo.rev(key)
     if existing is not None:
         return existing, len(ws.repo.tree_entries(existing))
     members, left_out = base_tree(pin, meter=ws.reporter.meter, live=ws.reporter.live)
@@ -49,6 +52,8 @@ def import_pin(ws: Workspace, pin: Pin) -> tuple[str, int]:
     finally:
         bar.close()
     ws.repo.delete_ref(f"refs/gqueue/import/{pin.tag_name.rsplit('/', 1)[-1]}")
+    if not key.startswith("refs/tags/"):
+        ws.repo.update_ref(key, commit)  # last: a kill before it imports (and verifies) again
     return commit, len(members)
 
 
@@ -68,6 +73,9 @@ def checkout(ws: Workspace) -> CheckoutResult:
         (ws.repo.git_dir / "info").mkdir(exist_ok=True)
         (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
     commit, files = import_pin(ws, pin)
+    head = ws.repo.head()
+    if head is not None and not ws.repo.is_ancestor(commit, head):
+        _follow_pin(ws, pin, head, commit)
     if ws.repo.head() is None:
         # the files first, HEAD last: a checkout killed before HEAD names the commit is redone
         # in full by the next run (one killed after HEAD was set but before the files were
@@ -78,3 +86,17 @@ def checkout(ws: Workspace) -> CheckoutResult:
         if files >= SETTLE_FROM:
             ws.repo.settle_index()
     return CheckoutResult(pin.describe(), commit, files, created, time.monotonic() - start)
+
+
+def _follow_pin(ws: Workspace, pin: Pin, head: str, commit: str) -> None:
+    """work/ is on another tree than the pin's (its archive or hash changed since the checkout).
+    With nothing applied and nothing changed, move it to the pin's tree; a stack is refused."""
+    if ws.repo.rev(f"{head}^") is not None or ws.repo.dirty_paths():  # patches applied, or edits
+        raise StateError(
+            f"the stack in work/ is built on another tree than {pin.describe()} ({pin.identity}): "
+            "the pin's archive or hash changed since it was checked out", path="vendor-pin.txt", line=pin.line or None,
+            hint="put the old pin back and 'gqueue pop --all' (refresh first), then change it and run "
+                 "'gqueue checkout' again; or move the stack with 'gqueue rebase --pin' from the old pin",
+        )
+    move(ws, head, commit, op="checkout")
+    ws.reporter.note(f"work/ moved to the tree of {pin.describe()} (the pin's archive changed)")

@@ -17,7 +17,7 @@ from ..upstream.resolve import record_hashes
 from .checkout import EXCLUDES, import_pin
 from .drift_engine import SeriesRun
 from .engine import file_diffs
-from .workspace import Workspace
+from .workspace import Workspace, base_ref
 
 
 def resolve_pin(ws: Workspace, spec: str) -> Pin:
@@ -47,7 +47,7 @@ def ensure_repo(ws: Workspace) -> None:
 
 def pin_commit(ws: Workspace, pin: Pin) -> str:
     """The pin's imported root commit, importing (fetch, verify) it first if needed."""
-    return ws.repo.rev(f"refs/tags/{pin.tag_name}") or import_pin(ws, pin)[0]
+    return ws.repo.rev(base_ref(pin)) or import_pin(ws, pin)[0]  # keyed on what verified it
 
 
 def read_patch_quick(ws: Workspace, entry: SeriesEntry) -> PatchFile:

@@ -51,6 +51,21 @@ class Stack:
         return self.applied[index - 1].commit if index > 0 else self.base
 
 
+BASE_REFS = "refs/gqueue/base"
+
+
+def base_ref(pin: Pin) -> str:
+    """Where the pin's imported tree is found: keyed on what verified it (``Pin.identity``, the
+    archive's sha256 or the upstream commit id), so that a pin whose URL or hash changed is
+    fetched and verified again instead of reusing a tree of the same project and version. A pin
+    with nothing recorded to verify it by has only its tag."""
+    identity = pin.identity
+    if identity is None:
+        return f"refs/tags/{pin.tag_name}"
+    kind, _, value = identity.partition(":")
+    return f"{BASE_REFS}/{kind}/{value}"
+
+
 def trailer_value(message: str, key: str = TRAILER) -> str | None:
     for line in reversed(message.strip().splitlines()):
         if line.startswith(key + ": "):
@@ -136,18 +151,19 @@ class Workspace:
 
     def base_commit(self, pin: Pin | None = None) -> str:
         pin = pin or self.pin()
-        base = self.repo.rev(f"refs/tags/{pin.tag_name}")
+        base = self.repo.rev(base_ref(pin))
         if base is None:
             raise StateError(
-                f"the work tree has no base for {pin.describe()}", path="work",
-                hint="run 'gqueue checkout' (the pin changed?)",
+                f"the work tree has no base for {pin.describe()}"
+                + (f" ({pin.identity})" if pin.identity and pin.identity.split(":", 1)[1] not in pin.describe() else ""),
+                path="work", hint="run 'gqueue checkout' (the pin changed?)",
             )
         return base
 
     def stack(self) -> Stack:
         self.require_work()
         pin = self.pin()
-        both = self.repo.revs(f"refs/tags/{pin.tag_name}", "HEAD")  # one process in the usual case
+        both = self.repo.revs(base_ref(pin), "HEAD")  # one process in the usual case
         if both is None:
             base = self.base_commit(pin)
             if self.repo.head() is None:
