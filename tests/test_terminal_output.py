@@ -82,6 +82,9 @@ def test_statuses_are_coloured_on_a_terminal_only(tmp_path: Path) -> None:
     assert "\x1b[32mapplied" in forced and ANSI.sub("", forced) == piped
     q.run("pop")
     assert "\x1b" not in _run(q.root, "push", tty=("stdout",), env={"TERM": "dumb"})[1]
+    # the queue's own text is shown as it is: a diff line ' ok = 1' or a patch named 'applied'
+    diff = _run(q.root, "diff", tty=("stdout",))[1]
+    assert diff.startswith("diff --git") and "\x1b" not in diff
 
 
 def test_errors_and_hints_are_coloured_on_a_terminal_only(tmp_path: Path) -> None:

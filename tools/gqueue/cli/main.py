@@ -107,7 +107,7 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
             if ctx.json:
                 emit_json(name, ok=code == 0, result=result, notes=ctx.reporter.notes)
             elif text:
-                out_echo(text, ctx.color)
+                out_echo(text, ctx.color, name)
             sys.exit(int(code))
 
         return wrapper

@@ -62,9 +62,10 @@ def err_echo(line: str, color: str) -> None:
     click.echo(style.message(line) if on else line, err=True, color=on)
 
 
-def out_echo(text: str, color: str) -> None:
-    """A command's result text on stdout, its status words coloured where colour is on."""
-    on = style.enabled(color, sys.stdout)
+def out_echo(text: str, color: str, command: str = "") -> None:
+    """A command's result text on stdout, its status words coloured where colour is on (not in
+    what is the user's own text: a diff, a header, a list of patches)."""
+    on = style.enabled(color, sys.stdout) and command not in style.CONTENT
     click.echo(style.statuses(text) if on else text, color=on)
 
 

@@ -22,7 +22,10 @@ WARN = {"offset", "fuzz", "whitespace", "merged3", "partial-upstream", "forced",
         "nothing", "skipped"}
 BAD = {"failed", "failing", "conflict", "error", "error:", "missing", "rejected", "dirty"}
 
-_LEADING = re.compile(r"^(\s*)([A-Za-z][\w:-]*)")
+_LEADING = re.compile(r"^()([A-Za-z][\w:-]*)")
+# commands whose stdout is the user's own text (a diff, a header, patch names): never coloured
+CONTENT = frozenset({"diff", "header", "export", "files", "series", "applied", "unapplied", "top", "next",
+                     "prev", "docs", "catalogue"})
 _PREFIX = re.compile(r"^(error\[[^\]]*\]:|error:|warning(?:\[[^\]]*\])?:|hint:|note:)")
 _PREFIX_STYLE = {"error": {"fg": "red", "bold": True}, "warning": {"fg": "yellow", "bold": True},
                  "hint": {"fg": "cyan"}, "note": {"fg": "yellow"}}
