@@ -163,3 +163,18 @@ def test_init_and_check_take_a_git_pin_with_its_options(tmp_path: Path) -> None:
         ("0.25.0.dev0", False), ("0.25.0.dev1", True)]
     proc = q.run("check", "--pin", f"git+{repo.as_uri()}@{second}", check=False)
     assert proc.returncode == 2 and "a git pin needs 'version=X.Y.Z'" in proc.stderr
+
+
+def test_rebase_moves_the_stack_from_one_upstream_commit_to_the_next(tmp_path: Path) -> None:
+    repo, first, second = _upstream_repo(tmp_path)
+    q = _queue(tmp_path, f"pin git+{repo.as_uri()}@{first} version=0.25.0.dev0\n"
+                         f"next git+{repo.as_uri()}@{second} version=0.25.0.dev1")
+    q.run("checkout")
+    q.write_patch("P1-run.patch", "diff --git a/tools/run.sh b/tools/run.sh\n--- a/tools/run.sh\n"
+                  "+++ b/tools/run.sh\n@@ -1,2 +1,3 @@\n #!/bin/sh\n echo run\n+echo twice\n")
+    q.set_series("P1-run.patch")
+    q.run("push", "--all")
+    q.run("rebase", "--pin", "next")
+    assert f"pin git+{repo.as_uri()}@{second} version=0.25.0.dev1\n" in (q.root / "vendor-pin.txt").read_text()
+    assert (q.work / "vllm" / "parser.py").read_text() == "def parse(text):\n    return text\n"
+    assert (q.work / "tools" / "run.sh").read_text().endswith("echo twice\n")
