@@ -80,6 +80,10 @@ def test_cli_goto_push_and_pop_take_ids_prefixes_and_numbers(tmp_path: Path) -> 
     assert q.run("top").stdout.strip() == "P66-b.patch"
     q.run("pop", "P58")
     assert q.run("top").stdout.strip() == "P58-async-placeholder-fix.patch"
+
+
+def test_cli_files_diff_and_header_take_ids(tmp_path: Path) -> None:
+    q = _queue(tmp_path)
     assert q.run("files", "P62").stdout.strip() == "vllm/util.py"
     assert "return x + 300" in q.run("diff", "P66").stdout
     assert "id: P62" in q.run("header", "P62").stdout
