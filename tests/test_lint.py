@@ -92,6 +92,7 @@ CASES: dict[str, Mutation] = {
     "header-type": lambda q: edit(q, "G1-good.patch", "default_on: false", "default_on: 'no'"),
     "header-value": lambda q: edit(q, "G1-good.patch", "lifecycle: experimental", "lifecycle: shiny"),
     "header-unknown-key": lambda q: edit(q, "G1-good.patch", "tier: community\n", "tier: community\ncolour: red\n"),
+    "header-author": lambda q: edit(q, "G1-good.patch", "tier: community\n", "tier: community\nauthor: Eve <e@x> <f@y>\n"),
     "id-duplicate": lambda q: edit(q, "G2-next.patch", "id: G2", "id: G1"),
     "file-name-id": lambda q: rename(q, "G2-next.patch", "X2-next.patch"),
     "series-missing-file": lambda q: (q.root / "series").write_text("G1-good.patch\nG2-next.patch\nG9-none.patch\n# parked: G3-parked.patch\n"),

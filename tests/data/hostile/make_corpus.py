@@ -9,6 +9,7 @@ the pinned sdist (the tests copy them to vllm-0.1.0.tar.gz / .zip before 'gqueue
 from __future__ import annotations
 
 import io
+import json
 import stat
 import sys
 import tarfile
@@ -132,6 +133,43 @@ SERIES: dict[str, bytes] = {
 PATCHES["ok.patch"] = header("OK1", "a harmless patch") + new_file("vllm/ok.py", ["OK = 1"])
 PATCHES["absolute-p0.patch"] = header("H39", "absolute path with -p0") + new_file(
     "/tmp/gqueue-evil.py", ["EVIL = 1"], a="/tmp/gqueue-evil.py", b="/tmp/gqueue-evil.py")
+
+# --- authors, and names git protects ---------------------------------------------------------------
+README_HUNK = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-synthetic upstream\n+synthetic upstream!\n"
+# what an author line with line breaks would have added to the fast-import stream: a hidden file
+# in the commit (vllm/evil.py), and a second commit that swallows the rest of gqueue's own lines
+INJECTED = ("Eve <eve@example.org> 1000000000 +0000\ncommitter x <x@example.org> 1000000000 +0000\ndata 2\nhi\n"
+            "M 100644 inline vllm/evil.py\ndata 9\nEVIL = 1\n\ncommit refs/junk\nauthor a <a@example.org>")
+PATCHES.update({
+    "author-injection.patch": header("H40", "an author with fast-import lines in it",
+                                     "author: " + json.dumps(INJECTED) + "\n") + README_HUNK.encode(),
+    "author-angle.patch": header("H41", "an author with a '>' in the name",
+                                 "author: Eve> <eve@example.org>\n") + README_HUNK.encode(),
+    "author-no-mail.patch": header("H42", "an author without a mail", "author: Eve\n") + README_HUNK.encode(),
+    # a DEP-3 header whose Author field goes on over continuation lines (imported, not pushed)
+    "dep3-author-continued.patch": (
+        "Description: fix the readme\nAuthor: " + INJECTED.replace("\n\n", "\n.\n").replace("\n", "\n ") + "\n\n"
+        + README_HUNK).encode(),
+    "git-upper.patch": header("H43", "writes .GIT/hooks") + new_file(".GIT/hooks/post-checkout", ["#!/bin/sh", "echo owned"]),
+    "git-shortname.patch": header("H44", "writes GIT~1 (the NTFS short name of .git)") + new_file("GIT~1/config", ["[core]"]),
+    "git-trailing-dot.patch": header("H45", "writes .git. (NTFS drops the dot)") + new_file("vllm/.git./config", ["[core]"]),
+    "git-trailing-space.patch": header("H46", "writes '.git ' (NTFS drops the space)") + new_file("vllm/.git /config", ["[core]"]),
+    "git-stream.patch": header("H47", "writes .git::$INDEX_ALLOCATION (an NTFS stream of .git)")
+    + new_file(".git::$INDEX_ALLOCATION/config", ["[core]"]),
+    "git-hfs.patch": header("H48", "writes .g<ZWNJ>it (HFS+ ignores the joiner)") + new_file(".g\u200cit/config", ["[core]"]),
+    "nul-name.patch": header("H49", "a file name with a NUL byte") + new_file("vllm/a\0b.py", ["X = 1"]),
+})
+
+# --- a new file where a folder is, or under a file (issue 38, item 2) -------------------------------
+PATCHES.update({
+    "new-file-over-folder.patch": header("HK1", "creates a file named like the folder vllm/")
+    + new_file("vllm", ["EVIL = 1"]),
+    "new-file-under-file.patch": header("HK2", "creates a file under the file vllm/__init__.py")
+    + new_file("vllm/__init__.py/evil.py", ["EVIL = 1"]),
+    # pushed after ok.patch, which creates vllm/ok.py
+    "new-file-under-new-file.patch": header("HK3", "creates a file under vllm/ok.py, made by the patch before")
+    + new_file("vllm/ok.py/evil.py", ["EVIL = 1"]),
+})
 
 
 def _tar(members: list[tuple[str, str, bytes | str]], *, gz: bool = True) -> bytes:

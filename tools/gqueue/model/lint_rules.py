@@ -16,9 +16,10 @@ from packaging.version import InvalidVersion, Version
 from ..errors import FormatError, one_line
 from .diff import FileDiff, byte_lines, parse_diff
 from .series import Series, SeriesEntry
+from .paths import path_problem
 from .meta import (
     ALLOW_FLAGS, APPLIES_TO_KEYS, IMPLEMENTATION_STATUSES, LIFECYCLES, RELATIONSHIPS, REQUIRED, ROLES, SCHEMA,
-    TIERS, UPSTREAM_KEYS, UPSTREAM_STATES,
+    TIERS, UPSTREAM_KEYS, UPSTREAM_STATES, author_problem,
 )
 from .profile import CANDIDATE_KEYS
 
@@ -33,6 +34,7 @@ RULES: dict[str, tuple[str, str]] = {
     "header-type": (ERROR, "every known header key has the type the schema gives it"),
     "header-value": (ERROR, "lifecycle, tier, role, upstream state/relationship, status and allow use allowed values"),
     "header-unknown-key": (ERROR, "no unknown key in the header, upstream or applies_to"),
+    "header-author": (ERROR, "author is one line 'Name <mail>' (it goes into the commit as it is)"),
     "id-duplicate": (ERROR, "every patch id is used once"),
     "file-name-id": (ERROR, "the file name starts with the patch id and a '-' (or is ID.patch)"),
     "series-missing-file": (ERROR, "every series entry has its file in queue/"),
@@ -50,7 +52,7 @@ RULES: dict[str, tuple[str, str]] = {
     "candidate-when-key": (WARNING, "candidate_when uses known predicates"),
     "diff-parse": (ERROR, "the diff body parses"),
     "diff-empty": (WARNING, "the patch changes at least one file"),
-    "path-outside-tree": (ERROR, "no file outside the tree, absolute, or inside .git"),
+    "path-outside-tree": (ERROR, "no file outside the tree, absolute, inside .git, or named as git refuses (.GIT, GIT~1, NUL)"),
     "file-mode": (ERROR, "only regular files (modes 100644, 100755)"),
     "binary-file": (ERROR, "no binary file, unless allow: [binary]"),
     "crlf": (ERROR, "no CRLF line ending added to an LF file, unless allow: [crlf]"),
@@ -142,6 +144,8 @@ def check_schema(view: HeaderView) -> list[Finding]:
             out.append(_f(view, key, "header-type", f"'{key}' must be {names}, not {type(value).__name__}"))
         elif key in _VALUES and value not in _VALUES[key]:
             out.append(_f(view, key, "header-value", f"{key} '{value}' is not one of: {', '.join(_VALUES[key])}"))
+        elif key == "author" and author_problem(value) is not None:
+            out.append(_f(view, key, "header-author", f"'author' {author_problem(value)}"))
     out.extend(_check_lists(view))
     out.extend(_check_upstream(view))
     out.extend(_check_applies_keys(view))
@@ -269,16 +273,9 @@ def check_candidate_when(view: HeaderView) -> list[Finding]:
 # --- the diff -------------------------------------------------------------------------
 
 
-def unsafe_path(path: str) -> str | None:
-    """Why ``path`` may not be written by a patch, or None."""
-    if not path or path.startswith("/") or "\\" in path or re.match(r"^[A-Za-z]:", path):
-        return "an absolute or odd path"
-    parts = path.split("/")
-    if ".." in parts or "." in parts or "" in parts:
-        return "outside the tree"
-    if ".git" in parts:
-        return "inside .git"
-    return None
+def unsafe_path(path: str, mode: str | None = None) -> str | None:
+    """Why ``path`` may not be written by a patch, or None (push's rule: model/paths.py)."""
+    return path_problem(path, mode)
 
 
 def check_diff(view: HeaderView, strip: int = 1) -> list[Finding]:
@@ -299,8 +296,8 @@ def check_diff(view: HeaderView, strip: int = 1) -> list[Finding]:
 
 def _check_file(view: HeaderView, fd: FileDiff, allow: set[str]) -> list[Finding]:
     out = []
-    for p in {p for p in (fd.old_path, fd.new_path) if p is not None}:
-        reason = unsafe_path(p)
+    for p, mode in {(p, m) for p, m in ((fd.old_path, fd.old_mode), (fd.new_path, fd.new_mode)) if p is not None}:
+        reason = unsafe_path(p, mode)
         if reason:
             out.append(Finding(view.path, fd.line, "path-outside-tree", f"the patch touches '{p}', {reason}"))
     for mode in (fd.old_mode, fd.new_mode):

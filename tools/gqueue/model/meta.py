@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +124,23 @@ class PatchMeta:
         return self.key_lines.get(key)
 
 
+_AUTHOR = re.compile(r"([^<>]*[^<>\s]) <([^<>\s]+)>")
+
+
+def author_problem(value: str) -> str | None:
+    """Why ``value`` is not an author a commit can carry (one line, ``Name <mail>``), or None.
+
+    The name and the mail go into git's commit header as they are: a line break there would
+    start commands of their own, and a '<' or '>' would end the name or the mail early."""
+    if any(c in "\n\r\x85\u2028\u2029" for c in value):
+        return "must be one line ('Name <mail>'), not several"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return "must not hold control characters"
+    if _AUTHOR.fullmatch(value) is None:
+        return "must be 'Name <mail>': a name, one space, the mail in '<' '>', and no other '<' or '>'"
+    return None
+
+
 def check_meta(meta: PatchMeta, *, path: str, first_line: int = 1) -> None:
     """Raise FormatError on the first structural problem (missing id, wrong type)."""
     for key in REQUIRED:
@@ -137,3 +155,7 @@ def check_meta(meta: PatchMeta, *, path: str, first_line: int = 1) -> None:
                 path=path,
                 line=meta.line_of(key) or first_line,
             )
+    author = meta.raw.get("author")
+    problem = author_problem(author) if isinstance(author, str) else None
+    if problem is not None:
+        raise FormatError(f"header key 'author' {problem}", path=path, line=meta.line_of("author") or first_line)

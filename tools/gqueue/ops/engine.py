@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -9,6 +10,7 @@ from ..errors import FormatError, UnsafePatchError
 from ..model.apply import CLEAN, FAILED, FileOutcome, HunkOutcome, apply_hunks
 from ..model.diff import FileDiff, parse_diff
 from ..model.patch import PatchFile
+from ..model.paths import path_problem
 from ..vcs.git import Entry, WorkRepo
 
 FILE_MISSING = "file-missing"
@@ -24,6 +26,7 @@ class TreeView:
         self.entries: dict[str, Entry] = repo.tree_entries(commit)
         self.overlay: dict[str, tuple[str, bytes] | None] = {}
         self.blobs: dict[str, bytes] = {}
+        self._sorted: list[str] | None = None  # the commit's paths in order, made when first needed
 
     def prefetch(self, paths: Iterable[str]) -> None:
         """Read the blobs of ``paths`` in one batch (instead of one request per file later)."""
@@ -50,6 +53,19 @@ class TreeView:
 
     def set(self, path: str, value: tuple[str, bytes] | None) -> None:
         self.overlay[path] = value
+
+    def files_under(self, folder: str, pending: dict[str, tuple[str, bytes] | None]) -> int:
+        """How many files there are under ``folder`` (``pending``: changes made on top, not yet set)."""
+        if self._sorted is None:
+            self._sorted = sorted(self.entries)
+        start = folder + "/"
+        names = set()
+        at = bisect_left(self._sorted, start)
+        while at < len(self._sorted) and self._sorted[at].startswith(start):
+            names.add(self._sorted[at])
+            at += 1
+        names.update(p for p in (*self.overlay, *pending) if p.startswith(start))
+        return sum(1 for p in names if (pending[p] if p in pending else self.mode(p)) is not None)
 
     def symlink_on_path(self, path: str) -> str | None:
         parts = path.split("/")
@@ -110,14 +126,11 @@ class PatchResult:
         return {"name": self.name, "id": self.patch_id, "status": self.status, "files": [f.to_json() for f in self.files]}
 
 
-def check_path(path: str, *, where: str, line: int) -> None:
-    if not path or path.startswith("/") or "\\" in path:
-        raise UnsafePatchError(f"patch touches '{path}', an absolute or odd path", path=where, line=line)
-    parts = path.split("/")
-    if ".." in parts or "." in parts or "" in parts:
-        raise UnsafePatchError(f"patch touches '{path}', outside the tree", path=where, line=line)
-    if parts[0] == ".git" or ".git" in parts:
-        raise UnsafePatchError(f"patch touches '{path}' inside .git", path=where, line=line)
+def check_path(path: str, *, where: str, line: int, mode: str | None = None) -> None:
+    """Refuse a name the patch may not write (model/paths.py: out of the tree, or one git refuses)."""
+    problem = path_problem(path, mode)
+    if problem is not None:
+        raise UnsafePatchError(f"patch touches '{path}', {problem}", path=where, line=line)
 
 
 def file_diffs(patch: PatchFile, strip: int = 1) -> list[FileDiff]:
@@ -132,9 +145,9 @@ def checked_diffs(body: bytes, *, where: str, first_line: int, strip: int = 1) -
             "patch has text after its header but no diff in it (truncated?)", path=where, line=first_line,
         )
     for fd in diffs:
-        for p in (fd.old_path, fd.new_path):
+        for p, mode in ((fd.old_path, fd.old_mode), (fd.new_path, fd.new_mode)):
             if p is not None:
-                check_path(p, where=where, line=fd.line)
+                check_path(p, where=where, line=fd.line, mode=mode)
         if fd.binary:
             raise UnsafePatchError(f"binary patch for '{fd.path}' is not supported", path=where, line=fd.line)
         if fd.rename:
@@ -159,6 +172,7 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             if current is not None:
                 result.files.append(FileResult(fd.path, FILE_EXISTS, (), fd.line))
                 continue
+            refuse_kind_clash(view, pending, fd, where)
             outcome = apply_hunks(b"", fd, max_fuzz=0)
             pending[fd.path] = (fd.new_mode or "100644", outcome.new or b"")
             result.files.append(FileResult(fd.path, CLEAN, outcome.hunks, fd.line))
@@ -187,6 +201,24 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             for path, value in pending.items():
                 view.set(path, value)
     return result
+
+
+def refuse_kind_clash(view: TreeView, pending: dict[str, tuple[str, bytes] | None], fd: FileDiff, where: str) -> None:
+    """A new file may not stand where a folder is, nor under a file: the commit would replace the
+    folder (every file in it deleted) or the file with the new one, which a report of '1 file,
+    1 hunk' does not show."""
+    parts = fd.path.split("/")
+    for depth in range(1, len(parts)):
+        prefix = "/".join(parts[:depth])
+        if (pending[prefix] if prefix in pending else view.mode(prefix)) is not None:
+            raise UnsafePatchError(
+                f"patch creates '{fd.path}' under '{prefix}', which is a file (it would be deleted)",
+                path=where, line=fd.line)
+    inside = view.files_under(fd.path, pending)
+    if inside:
+        raise UnsafePatchError(
+            f"patch creates the file '{fd.path}', which is a folder of {inside} file(s) (they would be deleted)",
+            path=where, line=fd.line)
 
 
 def touched_paths(patches: Iterable[PatchFile]) -> set[str]:

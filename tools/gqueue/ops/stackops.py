@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..errors import ConflictError, FormatError, StateError, UnsafePatchError, UsageError
 from ..fsutil import atomic_write
+from ..model.meta import author_problem
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
@@ -34,7 +35,7 @@ def commit_message(patch: PatchFile, *, whole: bool = True) -> str:
 
 def commit_author(patch: PatchFile) -> str:
     author = patch.meta.get("author")
-    if isinstance(author, str) and "<" in author and author.endswith(">"):
+    if isinstance(author, str) and author_problem(author) is None:
         return author
     return "gqueue <gqueue@localhost>"
 

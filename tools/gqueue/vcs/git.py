@@ -7,6 +7,7 @@ Reads go through GitPython's long-lived ``cat-file --batch``; commits are writte
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,9 @@ DIFF_OPTIONS = (
     "--src-prefix=a/", "--dst-prefix=b/", "-U3", "--diff-algorithm=myers",
 )
 TRAILER = "Gqueue-Patch"
+COMMITTER = "gqueue <gqueue@localhost>"
+_FI_DATE = re.compile(r"\d+ [+-]\d{4}")
+_FI_MODES = ("100644", "100755", "120000", "160000")
 
 
 def diff_options(strip: int = 1) -> tuple[str, ...]:
@@ -260,6 +264,13 @@ class WorkRepo:
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
+            except BaseException:
+                # a value refused part-way: the stream ends without 'done', so fast-import stops
+                # without moving a ref; the crash report it writes about that is no news
+                proc.stdin.close()
+                proc.wait()
+                (self.git_dir / f"fast_import_crash_{proc.pid}").unlink(missing_ok=True)
+                raise
             err = proc.stderr.read() if proc.stderr else b""
             if proc.wait() != 0:
                 raise GitError(f"git fast-import failed: {err.decode('utf-8', 'replace').strip()[-300:]}")
@@ -277,13 +288,21 @@ class WorkRepo:
         """
         if not specs:
             return []
+        _fi_word(ref)
+        _fi_word(parent)
+        for spec in specs:  # every value checked before fast-import starts (a refusal then costs nothing)
+            _fi_ident(spec.author)
+            for path, change in spec.changes.items():
+                _fi_path(path)
+                if change is not None:
+                    _fi_mode(path, change[0])
 
         def stream(w: Callable[[bytes], object]) -> None:
-            w(f"reset {ref}\nfrom {parent}\n\n".encode())
+            w(b"reset " + _fi_word(ref) + b"\nfrom " + _fi_word(parent) + b"\n\n")
             for number, spec in enumerate(specs, start=1):
                 _commit_header(w, ref, number, spec.author, spec.message, date)
                 if number == 1:
-                    w(f"from {parent}\n".encode())
+                    w(b"from " + _fi_word(parent) + b"\n")
                 for path, change in sorted(spec.changes.items()):
                     if change is None:
                         w(b"D " + _fi_path(path) + b"\n")
@@ -301,7 +320,7 @@ class WorkRepo:
             _commit_header(w, ref, 1, "gqueue <gqueue@localhost>", message, FIXED_DATE)
             for path, mode, data in files:
                 _file(w, path, mode, data)
-            w(f"\nreset refs/tags/{tag}\nfrom :1\n\n".encode())
+            w(b"\nreset " + _fi_word(f"refs/tags/{tag}") + b"\nfrom :1\n\n")
 
         return self._fast_import(stream)[1]
 
@@ -442,7 +461,7 @@ class WorkRepo:
             return self.run("write-tree", env=env).decode().strip()
 
     def commit_tree(self, tree: str, parent: str, message: str, author: str) -> str:
-        name, _, email = author.partition(" <")
+        name, _, email = _fi_ident(author).decode("utf-8").partition(" <")
         env = {
             "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": FIXED_DATE,
             "GIT_COMMITTER_NAME": "gqueue", "GIT_COMMITTER_EMAIL": "gqueue@localhost", "GIT_COMMITTER_DATE": FIXED_DATE,
@@ -579,21 +598,63 @@ def _status_paths(out: bytes) -> list[str]:
 
 
 def _commit_header(w: Callable[[bytes], object], ref: str, mark: int, author: str, message: str, date: str) -> None:
+    """A commit command whose values cannot start commands of their own: the ref, idents and
+    date are refused if a line break or a misplaced '<' '>' is in them, and the message goes in
+    a ``data`` block of its exact byte count."""
     msg = message.encode("utf-8")
-    w(f"commit {ref}\nmark :{mark}\n".encode())
-    w(f"author {author} {date}\ncommitter gqueue <gqueue@localhost> {date}\n".encode())
+    if not isinstance(mark, int) or _FI_DATE.fullmatch(date) is None:
+        raise GitError(f"refusing to write a commit with mark {mark!r} and date {date!r}")
+    w(b"commit " + _fi_word(ref) + b"\nmark :%d\n" % mark)
+    w(b"author " + _fi_ident(author) + b" " + date.encode() + b"\n")
+    w(b"committer " + _fi_ident(COMMITTER) + b" " + date.encode() + b"\n")
     w(b"data %d\n%s\n" % (len(msg), msg))
 
 
+def _fi_ident(ident: str) -> bytes:
+    """``Name <mail>`` for fast-import's author and committer lines; refused unless it is one
+    line with one '<' and one '>', in that order, at the end."""
+    name, sep, rest = ident.partition(" <")
+    if not sep or not rest.endswith(">") or any(c in name + rest[:-1] for c in "<>") \
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in ident):
+        raise GitError(f"author {ident!r} cannot go into a commit: it must be one line 'Name <mail>'")
+    return ident.encode("utf-8")
+
+
+def _fi_word(value: str) -> bytes:
+    """A ref or commit name for the stream: one word, nothing that would end its line."""
+    if not value or any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise GitError(f"refusing to name {value!r} in a fast-import stream")
+    return value.encode("utf-8")
+
+
 def _file(w: Callable[[bytes], object], path: str, mode: str, data: bytes) -> None:
-    w(b"M " + mode.encode() + b" inline " + _fi_path(path) + b"\n")
+    w(b"M " + _fi_mode(path, mode) + b" inline " + _fi_path(path) + b"\n")
     w(b"data %d\n" % len(data))
     w(data)
     w(b"\n")
 
 
+def _fi_mode(path: str, mode: str) -> bytes:
+    if mode not in _FI_MODES:
+        raise GitError(f"refusing to write {path!r} with mode {mode!r}")
+    return mode.encode()
+
+
 def _fi_path(path: str) -> bytes:
+    """A path as fast-import reads it: C-quoted (backslash, double quote and control bytes escaped)
+    when it starts with a quote or a space or holds a control byte, such as a line break; a NUL
+    cannot be written, nor an empty name."""
     raw = path.encode("utf-8", "surrogateescape")
-    if any(c in raw for c in (b'"', b"\n", b"\\")) or raw.startswith(b" "):
-        raise StateError(f"unsupported file name {path!r}")
-    return raw
+    if not raw or b"\0" in raw:
+        raise GitError(f"file name {path!r} cannot go into a commit")
+    if not (raw.startswith((b'"', b" ")) or any(b < 0x20 or b == 0x7F for b in raw)):
+        return raw
+    out = bytearray(b'"')
+    for b in raw:
+        if b in (0x22, 0x5C):
+            out += b"\\" + bytes([b])
+        elif b < 0x20 or b == 0x7F:
+            out += b"\\%03o" % b
+        else:
+            out.append(b)
+    return bytes(out + b'"')
