@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,44 +131,76 @@ class _Store:
 
     def tracked(self) -> dict[str, str]:
         """sha256 of every tracked file now, hashing only those whose stat data changed."""
-        root = self.ws.store.root
-        paths = ["series", NEEDS_REFRESH]
-        for folder, dirs, names in os.walk(self.ws.store.queue_dir):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            rel = Path(folder).relative_to(root).as_posix()
-            paths += [f"{rel}/{n}" for n in sorted(names) if not n.startswith(".")]
+        root = str(self.ws.store.root)
+        found: list[tuple[str, os.stat_result]] = []
+        for rel in ("series", NEEDS_REFRESH):
+            try:
+                st = os.stat(os.path.join(root, rel))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((rel, st))
+        self._scan(os.path.join(root, "queue"), "queue", found)
         index = self.index()
         out: dict[str, str] = {}
-        seen = set()
-        for rel in paths:
-            try:
-                st = os.stat(root / rel)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if not os.path.isfile(root / rel):
-                continue
-            seen.add(rel)
-            stat = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        for rel, st in found:
+            key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
             row = index.get(rel)
-            if row is not None and row[:4] == stat:
+            if row is not None and row[:4] == key:
                 out[rel] = row[4]
                 continue
-            sha = self.keep((root / rel).read_bytes())
-            index[rel] = [*stat, sha]
+            with open(os.path.join(root, rel), "rb") as handle:
+                sha = self.keep(handle.read())
+            index[rel] = [*key, sha]
             self._index_changed = True
             out[rel] = sha
-        for gone in set(index) - seen:
+        for gone in set(index) - set(out):
             del index[gone]
             self._index_changed = True
         return out
 
+    def _scan(self, folder: str, rel: str, found: list[tuple[str, os.stat_result]]) -> None:
+        """The regular files under queue/ (hidden ones, such as atomic writes' temporaries, left out)."""
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                self._scan(entry.path, f"{rel}/{entry.name}", found)
+            elif entry.is_file():
+                found.append((f"{rel}/{entry.name}", entry.stat()))
+
 
 def _head(ws: Workspace) -> str | None:
-    return ws.repo.head() if ws.repo.exists() else None
+    """HEAD of work/, read from the ref files where they are plain (a git process otherwise)."""
+    if not ws.repo.exists():
+        return None
+    git_dir = ws.repo.git_dir
+    try:
+        text = (git_dir / "HEAD").read_text().strip()
+        if text.startswith("ref: "):
+            text = (git_dir / text[5:]).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    if len(text) == 40 and all(c in "0123456789abcdef" for c in text):
+        return text
+    return ws.repo.head()  # a packed ref, an unborn branch, a damaged file: git decides
 
 
-def _top(ws: Workspace, head: str | None) -> str | None:
-    return trailer_value(ws.repo.message(head)) if head else None
+def _tops(ws: Workspace, *heads: str | None) -> dict[str | None, str | None]:
+    """The top patch (the Gqueue-Patch trailer) of each commit, from one git process."""
+    tops: dict[str | None, str | None] = {None: None}
+    wanted = sorted({h for h in heads if h})
+    if wanted:
+        out = ws.repo.run("log", "--no-walk=unsorted", "--format=%H%x00%B%x1e", *wanted).decode("utf-8", "replace")
+        for record in out.split("\x1e"):
+            sha, _, message = record.strip("\n").partition("\0")
+            if sha:
+                tops[sha] = trailer_value(message)
+    return tops
 
 
 def begin(ws: Workspace, op: str) -> Mark:
@@ -187,13 +220,12 @@ def record(ws: Workspace, mark: Mark) -> bool:
     if not changed and head == mark.head:
         store.save_index()
         return False
-    top_before = _top(ws, mark.head)
+    tops = _tops(ws, mark.head, head)
     entry = {
         "op": mark.op,
         "time": int(time.time()),
-        "before": {"files": {p: mark.files.get(p) for p in changed}, "head": mark.head, "top": top_before},
-        "after": {"files": {p: after.get(p) for p in changed}, "head": head,
-                  "top": top_before if head == mark.head else _top(ws, head)},
+        "before": {"files": {p: mark.files.get(p) for p in changed}, "head": mark.head, "top": tops.get(mark.head)},
+        "after": {"files": {p: after.get(p) for p in changed}, "head": head, "top": tops.get(head)},
     }
     log = store.read_log()
     kept = [*log.entries[: log.pos], entry]
