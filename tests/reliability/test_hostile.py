@@ -430,3 +430,192 @@ def test_fast_import_stream_takes_no_commands_from_values(tmp_path: Path, tmp_pa
         with pytest.raises(GitError, match="cannot go into a commit"):
             repo.write_commits(head, [CommitSpec("m\n", {"a\0b": ("100644", b"x\n")})], "refs/gqueue/t")
     assert not list((box.q.work / ".git").glob("fast_import_crash_*"))
+
+
+# --- a read-only queue or work tree, a full disk (issue 38, item 8) ---------------------------------
+#
+# Run in this process with click's runner, so that the file system's refusals can be made where a
+# root test run cannot see permissions: os.access is told the folder is not writable (what the
+# kernel says of a read-only mount) and the temporary-file primitive of atomic writes raises.
+# Without root the folders are made read-only for real with chmod as well.
+
+
+def _fs_queue(tmp: Path) -> Queue:
+    q = make_queue(tmp)
+    parser = BASE_FILES["vllm/parser.py"]
+    q.write_patch("F1-fs.patch", _fs_unified("vllm/parser.py", parser, parser.replace("== 'null'", "in ('null', 'None')")))
+    q.set_series("F1-fs.patch")
+    q.run("checkout")
+    q.run("push")
+    (q.work / "vllm" / "config.py").write_text("OPTION = 'an edit to refresh'\n")
+    return q
+
+
+def _fs_unified(path: str, old: str, new: str) -> str:
+    from synth import unified
+
+    return unified(path, old, new)
+
+
+def _in_process(q: Queue, *args: str) -> "subprocess.CompletedProcess[str]":
+    from click.testing import CliRunner
+
+    import gqueue.cli.commands  # noqa: F401 - registers the commands
+    from gqueue.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["-C", str(q.root), *args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def _refuse_writes(monkeypatch: pytest.MonkeyPatch, folder: Path, code: int) -> None:
+    """Writes under ``folder`` fail with ``code``; for EROFS/EACCES os.access says so too."""
+    import errno
+    import tempfile
+
+    real_access, real_mkstemp = os.access, tempfile.mkstemp
+
+    def inside(path: object) -> bool:
+        return Path(os.fspath(path)).resolve().is_relative_to(folder.resolve())  # type: ignore[arg-type]
+
+    def access(path: object, mode: int, *a: object, **k: object) -> bool:
+        if mode & os.W_OK and inside(path) and code != errno.ENOSPC:
+            return False
+        return real_access(path, mode, *a, **k)  # type: ignore[arg-type]
+
+    def mkstemp(*a: object, dir: object = None, **k: object) -> tuple[int, str]:
+        if dir is not None and inside(dir):
+            raise OSError(code, os.strerror(code), os.fspath(dir))  # type: ignore[arg-type]
+        return real_mkstemp(*a, dir=dir, **k)  # type: ignore[arg-type]
+
+    real_statvfs = os.statvfs
+
+    def statvfs(path: object) -> object:
+        found = real_statvfs(path)  # type: ignore[arg-type]
+        if code == errno.EROFS and inside(path):
+            return type("ReadOnly", (), {"f_flag": found.f_flag | os.ST_RDONLY})()
+        return found
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    if code != errno.ENOSPC and os.geteuid() != 0:
+        for dirpath, _dirnames, _files in os.walk(folder, topdown=False):
+            os.chmod(dirpath, 0o555)
+
+
+def _allow_writes(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    monkeypatch.undo()
+    for dirpath, _dirnames, _files in os.walk(folder):
+        os.chmod(dirpath, 0o755)
+
+
+def _quiet_state(q: Queue) -> tuple[bytes, bytes, str, str, bool]:
+    """What must not change: the patch, the user's edit, HEAD, the index and no journal."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=q.work, capture_output=True, text=True).stdout
+    cached = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=q.work, capture_output=True, text=True).stdout
+    return ((q.root / "queue" / "F1-fs.patch").read_bytes(), (q.work / "vllm" / "config.py").read_bytes(), head,
+            cached, (q.root / ".gqueue" / "journal.json").exists())
+
+
+@pytest.mark.parametrize("code, reason", [(13, "permission denied"), (30, "read-only"), (28, "no space left")])
+def test_refresh_refused_by_the_file_system(code: int, reason: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """refresh into a read-only queue/ (EACCES, EROFS: said before anything changes) or onto a full
+    disk (ENOSPC: met when the patch is written, then undone): one clear error, exit 5, nothing
+    half-written, and the next command says nothing of an 'interrupted refresh' (it was exit 4,
+    'please report it', with the refresh's journal left behind)."""
+    q = _fs_queue(tmp_path)
+    before = _quiet_state(q)
+    _refuse_writes(monkeypatch, q.root / "queue", code)
+    proc = _in_process(q, "refresh")
+    _assert_one_line_error(proc, 5, "filesystem", reason)
+    assert "queue" in proc.stderr.splitlines()[0]
+    assert _quiet_state(q) == before
+    _allow_writes(monkeypatch, q.root / "queue")
+    after = q.run("refresh")
+    assert "interrupted" not in after.stderr, after.stderr
+    assert b"an edit to refresh" in (q.root / "queue" / "F1-fs.patch").read_bytes()
+
+
+def test_push_into_a_read_only_work_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only work tree: push is refused before it writes anything (exit 5), not part-way."""
+    q = _fs_queue(tmp_path)
+    q.run("refresh")
+    q.run("pop")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=q.work, capture_output=True, text=True).stdout
+    files = _digest_tree(q.work, {q.work / ".git"})
+    _refuse_writes(monkeypatch, q.work, 30)
+    proc = _in_process(q, "push")
+    _assert_one_line_error(proc, 5, "filesystem", "work")
+    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=q.work, capture_output=True, text=True).stdout == head
+    assert _digest_tree(q.work, {q.work / ".git"}) == files
+    assert not (q.root / ".gqueue" / "journal.json").exists()
+    _allow_writes(monkeypatch, q.work)
+    assert q.run("push").returncode == 0
+
+
+# --- the pin changed after checkout (issue 38, item 3) ---------------------------------------------
+#
+# checkout, check and rebase found the pin's tree by project and version only: after the pin's
+# URL or sha256 changed, a wrong hash or a missing file was never noticed, and a changed archive
+# was never imported. The tree is now keyed on what verified it (Pin.identity).
+
+
+def _repin(q: Queue, archive: Path, digest: str) -> None:
+    (q.root / "vendor-pin.txt").write_text(f"pin {archive.as_uri()}#sha256={digest}\n")
+
+
+def test_wrong_sha256_after_checkout(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    _repin(box.q, tmp_path / "upstream" / "vllm-0.1.0.tar.gz", "0" * 64)
+    before = box.state()
+    _assert_one_line_error(box.run("checkout"), 1, "integrity", "sha256 mismatch")
+    _assert_one_line_error(box.run("check"), 1, "integrity", "sha256 mismatch")
+    _assert_one_line_error(box.run("push"), 1, "state", "no base for")
+    assert box.state() == before
+
+
+def test_missing_archive_after_checkout(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    _repin(box.q, tmp_path / "gone" / "vllm-0.1.0.tar.gz", "1" * 64)
+    before = box.state()
+    proc = box.run("checkout")
+    assert proc.returncode == 1 and "gone" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert box.state() == before
+
+
+@pytest.mark.parametrize("applied", [False, True])
+def test_changed_archive_is_imported(applied: bool, tmp_path: Path) -> None:
+    """A new archive for the same version (the pin's hash changed with it): checkout imports it and,
+    with nothing applied, moves work/ onto it; with a stack applied it refuses and changes nothing
+    (it kept the old tree and said nothing)."""
+    q = make_queue(tmp_path)
+    config = BASE_FILES["vllm/config.py"]
+    q.write_patch("C1-cfg.patch", _fs_unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n")))
+    q.set_series("C1-cfg.patch")
+    q.run("checkout")
+    if applied:
+        q.run("push")
+    files: dict[str, str | bytes] = dict(BASE_FILES)
+    files["README.md"] = "synthetic upstream, re-released\n"
+    archive = make_sdist(tmp_path / "upstream2", "0.1.0", files)
+    _repin(q, archive, sha256(archive))
+    box = Sandbox(tmp_path, q)
+    before = box.state()
+    proc = q.run("checkout", check=False)
+    if applied:
+        _assert_one_line_error(proc, 1, "state", "built on another tree")
+        after = box.state()
+        assert (after[0], after[3]) == (before[0], before[3])  # the files: all as they were (the cache keeps what it verified)
+        heads = [ln for ln in before[1].splitlines() if ln.endswith((" HEAD", " refs/heads/gqueue"))]
+        assert heads and set(heads) <= set(after[1].splitlines())  # the stack too (the new tree is imported beside it)
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert (q.work / "README.md").read_text() == "synthetic upstream, re-released\n"
+    assert q.run("status").returncode == 0
+    q.run("push")
+    assert (q.work / "README.md").read_text() == "synthetic upstream, re-released\n"
+    assert "OPTION_3 = 33" in (q.work / "vllm" / "config.py").read_text()
