@@ -17,13 +17,22 @@ about a quarter of the time of the tests that call small helpers in loops. Insid
 that already patched the modules the helper sees, that second pass changes nothing and is
 skipped.
 
-``install()`` puts both in place; tests/kernels/test_fast_interpreter.py checks them against
+3. Integer-overflow checks. The interpreter redoes every 32-bit integer add, subtract and
+multiply in 64 bits and compares the result with the 32-bit range, then hands the outcome to a
+device assert that does nothing unless Triton's debug option is on (off by default, here and in
+GPU builds): work with no effect, which costs more than the arithmetic itself. It is skipped;
+GQUEUE_TRITON_OVERFLOW_CHECKS=1 turns the checks on for real (debug included), and
+test_overflow_checks.py runs a decode and a verify case that way.
+
+``install()`` puts these in place; tests/kernels/test_fast_interpreter.py checks them against
 the interpreter's own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
 
 import numpy as np
 import triton.language as tl
@@ -105,9 +114,19 @@ def patch_lang_once(fn):
     return _LaunchScope(scope)
 
 
+def overflow_checks(on: bool) -> bool:
+    """Integer-overflow checks (and the device asserts that report them) on or off; returns
+    whether they were on."""
+    builder = interpreter.interpreter_builder
+    before = builder.options.sanitize_overflow and builder.options.debug
+    builder.options = dataclasses.replace(builder.options, sanitize_overflow=on, debug=on)
+    return before
+
+
 def install() -> None:
     interpreter.ReduceOps.generic_reduce = tree_reduce
     interpreter._patch_lang = patch_lang_once
+    overflow_checks(os.environ.get("GQUEUE_TRITON_OVERFLOW_CHECKS") == "1")
 
 
 def elementwise(self: interpreter.ReduceOps, inputs):
