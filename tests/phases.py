@@ -26,7 +26,7 @@ import pytest
 
 # (key, title), in the order the phases run
 PHASES: tuple[tuple[str, str], ...] = (
-    ("real", "real vLLM sdists (slow, marked)"),
+    ("real", "slow tests (real vLLM sdists, crash soak)"),
     ("patches", "patch tests on the patched vLLM tree"),
     ("reliability", "crash harness and hostile inputs"),
     ("kernels", "kernels under the Triton interpreter"),
@@ -214,8 +214,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or not _LOG.phases:
-        return
+    if hasattr(config, "workerinput") or not any(p.started for p in _LOG.phases.values()):
+        return  # a worker, or nothing ran (--collect-only)
     terminalreporter.section("phase times")
     for row in _LOG.summary():
         terminalreporter.write_line(row)
