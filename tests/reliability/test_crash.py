@@ -301,3 +301,63 @@ def test_move_killed_between_its_steps_is_old_or_new(recovery: str, templates: c
         assert ck.applied_names(root / "work") == new.applied
         assert ck.snapshot(root).files == new.files
     assert hit, "no kill point between the series write and the push"
+
+
+# --- rebase --pin killed anywhere: one state, one piece of advice, --continue goes on (item 7) -----
+
+
+def _rebase_after_kill(templates: ck.Templates, base: Path, n: int) -> tuple[bool, str | None]:
+    """(killed, failure) for a kill at effect ``n`` of the rebase scenario followed by what the
+    advice says: status, then --continue when a rebase is in progress, else --abort must say none is."""
+    scenario = ck.SCENARIOS["rebase"]
+    new = templates.new_state(scenario)[0]
+    root = templates.copy(scenario, base / f"n{n}")
+    if not ck.run(root, scenario.args, crash_after=n).killed:
+        return False, None
+    status = ck.run(root, ("status",))
+    if status.code != 0:
+        return True, f"status exited {status.code}: {status.stderr.strip()}"
+    in_progress = (root / ".gqueue" / "rebase" / "state.json").is_file()
+    said = "rebase" in status.stdout and "in progress" in status.stdout or "was interrupted" in status.stdout
+    if in_progress and not ("--continue" in status.stdout and "--abort" in status.stdout):
+        return True, f"a rebase is in progress but status does not say how to go on: {status.stdout!r}"
+    if not in_progress:
+        if said and "no rebase" not in status.stdout:
+            # status may look before the next command clears what a killed start left; --abort must agree with it
+            abort = ck.run(root, ("rebase", "--abort"))
+            if abort.code == 0 or "no rebase in progress" not in abort.stderr:
+                return True, f"status says a rebase is in progress, --abort: {abort.code} {abort.stderr.strip()}"
+            again = ck.run(root, ("status",))
+            if "in progress" in again.stdout:
+                return True, f"status still says a rebase is in progress after --abort found none: {again.stdout!r}"
+        return True, None
+    go_on = ck.run(root, ("rebase", "--continue"))
+    if go_on.code != 0:
+        return True, f"rebase --continue after the kill exited {go_on.code}: {go_on.stdout} {go_on.stderr}"
+    now = ck.snapshot(root)
+    if now.files != new.files or now.applied != new.applied:
+        return True, "rebase --continue did not end where the uninterrupted rebase ends"
+    if (root / ".gqueue" / "rebase").exists():
+        return True, "the rebase's state is still there after --continue finished"
+    return True, None
+
+
+@pytest.mark.slow  # one kill and one --continue per effect of the rebase: about 40 s on 2 cores
+def test_rebase_killed_anywhere_goes_on_with_continue(templates: ck.Templates, tmp_path: Path) -> None:
+    """At every kill point of 'rebase --pin next': status gives the advice that works, and
+    --continue finishes the rebase (15 of 32 kills ended in 'status: run repair', 'repair: use
+    --continue or --abort', '--continue: not stopped at a patch'; one at the very start in 'status:
+    a rebase is in progress', '--abort: no rebase in progress')."""
+    failures, killed = [], 0
+    templates.new_state(ck.SCENARIOS["rebase"])  # built once, before the threads
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        for start in range(1, 200, JOBS):
+            batch = list(pool.map(lambda n: (n, _rebase_after_kill(templates, tmp_path, n)), range(start, start + JOBS)))
+            for n, (was_killed, failure) in batch:
+                killed += was_killed
+                if failure:
+                    failures.append(f"killed at effect {n}: {failure}")
+            if any(not was_killed for _n, (was_killed, _f) in batch):
+                break
+    assert killed > 10
+    assert not failures, "\n".join(failures)

@@ -424,6 +424,14 @@ def _forced_push_status(name: str, dirty: list[str], info: dict[str, Any]) -> li
     return lines
 
 
+def _stack_readable(ws: Workspace) -> bool:
+    try:
+        ws.stack()
+    except GqueueError:
+        return False
+    return True
+
+
 @cli.command()
 @boundary("status", lock=False)
 def status(ws: Workspace) -> Result:
@@ -432,6 +440,13 @@ def status(ws: Workspace) -> Result:
     names = ws.store.read_series().names
     info: dict[str, Any] = {"pin": pin.describe(), "series": len(names), "checked_out": ws.repo.exists()}
     lines = [f"pin: {pin.describe()}", f"series: {len(names)} patch(es)"]
+    rebasing = ws.rebasing()
+    if ws.repo.exists() and rebasing and not _stack_readable(ws):
+        # killed while it ran: the stack is between the two pins, and only the rebase goes on from there
+        info.update({"applied": None, "rebase_in_progress": True})
+        lines.append(f"a rebase to {ws.pin().describe()} was interrupted: 'gqueue rebase --continue' goes on, "
+                     "'gqueue rebase --abort' undoes it")
+        return info, "\n".join(lines), ExitCode.OK
     if ws.repo.exists():
         stack = ws.stack()
         dirty = ws.repo.dirty_paths()
@@ -443,7 +458,6 @@ def status(ws: Workspace) -> Result:
             lines += _forced_push_status(ws.needs_refresh_path.read_text().strip(), dirty, info)
         if ws.read_journal():
             lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
-        rebasing = (ws.state_dir / "rebase").exists()
         info["rebase_in_progress"] = rebasing
         if rebasing:
             lines.append(f"a rebase to {ws.pin().describe()} is in progress: 'gqueue rebase --continue | --skip | --abort'")

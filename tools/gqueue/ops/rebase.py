@@ -155,7 +155,10 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
     state = _load(ws)
     stopped = state.get("stopped")
     if stopped is None:
-        raise StateError("the rebase is not stopped at a patch", hint="'gqueue rebase --abort' to undo it")
+        if skip:
+            raise StateError("the rebase is not stopped at a patch: there is none to skip",
+                             hint="'gqueue rebase --continue' goes on, 'gqueue rebase --abort' undoes it")
+        return _restart(ws, state)
     stack = ws.stack()
     if stack.top is None or stack.top.name != stopped:
         raise StateError(f"the top patch should be {stopped}, the one the rebase stopped at",
@@ -188,6 +191,55 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
     state["tally"] = tally.to_json()
     _save(ws, state)
     return _proceed(ws, state, head=head)
+
+
+def _restart(ws: Workspace, state: dict[str, Any]) -> RebaseResult:
+    """Go on with a rebase that was killed while it ran (not stopped at a patch).
+
+    What it had finished is what the stack holds on the new base: those patches are done (their
+    files were written before the stack moved onto them). A partial commit on top (a stop that was
+    being left for a hand) is taken off again, and every patch not done gets its file back as it
+    was before the rebase, so that the loop runs it again from the same text."""
+    ws.require_work()
+    if not (ws.state_dir / OVERRIDE).is_file():  # killed before the new pin was named
+        atomic_write(ws.state_dir / OVERRIDE, state["pin_line"].encode())
+    head = ws.repo.head()
+    done = list(state["done"])
+    on_new = head is not None and ws.repo.is_ancestor(state["new_base"], head)
+    if on_new:
+        stack = ws.stack()
+        if stack.top is not None and stack.top.diff_digest is None:  # a stop left half-way
+            save_local_changes(ws, "rebase-restart")
+            _remove_written(ws, state)
+            ws.needs_refresh_path.unlink(missing_ok=True)
+            below = stack.commit_below(len(stack.applied) - 1)
+            move(ws, stack.head, below, op="rebase", force=True)
+            stack = ws.stack()
+        landed = [n for n in stack.names if n not in done]
+        done += landed
+        start_at = stack.head
+    else:
+        landed, start_at = [], state["new_base"]
+    originals = _originals(ws)
+    listed = set(ws.store.read_series().names)
+    tally = _tally(state)
+    tally.moved.extend(landed)  # on the new base when it was killed (moved or merged: not recorded)
+    for name in state["todo"]:
+        if name in done:
+            continue
+        if name not in listed:  # retired: its file was written before the series line went
+            tally.retired.append(name)
+            done.append(name)
+            continue
+        saved = originals.get(f"queue/{name}")
+        path = ws.store.patch_path(name)
+        if saved is not None and (not path.is_file() or path.read_bytes() != saved):
+            atomic_write(path, saved)
+    state["done"] = done
+    state["tally"] = tally.to_json()
+    _save(ws, state)
+    ws.reporter.note(f"going on with the interrupted rebase to {state['to']} ({len(done)} patch(es) done)")
+    return _proceed(ws, state, head=start_at)
 
 
 def _require_readable(ws: Workspace, names: list[str]) -> None:

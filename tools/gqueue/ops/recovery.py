@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -85,6 +86,18 @@ def _restore_checkout(ws: Workspace) -> list[str]:
     return ["finished an interrupted checkout (wrote the files of the pinned release)"]
 
 
+def _drop_rebase_leftovers(ws: Workspace) -> list[str]:
+    """A rebase killed before it wrote its state (it had saved the originals only, nothing else
+    changed), or after it removed it (done or aborted, the rest not yet cleared): no rebase is in
+    progress, so what is left of one goes, and nobody is told to --continue or --abort it."""
+    folder = ws.state_dir / "rebase"
+    if ws.rebasing() or not (folder.exists() or (ws.state_dir / "rebase-pin").exists()):
+        return []
+    (ws.state_dir / "rebase-pin").unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return ["removed what was left of a rebase killed as it began or ended (no rebase is in progress)"]
+
+
 def _switch(ws: Workspace, old: str, new: str) -> bool:
     """Redo the move with git's own check: it refuses when it would overwrite a local change."""
     try:
@@ -107,7 +120,8 @@ def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
 
 def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
     """Look at the journal left by an interrupted command and finish or undo it."""
-    early = _sweep_temporaries(ws) + _clear_git_locks(ws) + recover_queue_edit(ws) + _restore_checkout(ws)
+    early = (_sweep_temporaries(ws) + _clear_git_locks(ws) + recover_queue_edit(ws) + _restore_checkout(ws)
+             + _drop_rebase_leftovers(ws))
     for action in early:
         ws.reporter.note(action)
     journal = ws.read_journal()

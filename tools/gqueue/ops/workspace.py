@@ -160,6 +160,15 @@ class Workspace:
             )
         return base
 
+    def rebasing(self) -> bool:
+        """A rebase is in progress (started, not yet finished or aborted): its state is written."""
+        return (self.state_dir / "rebase" / "state.json").is_file()
+
+    def _repair_hint(self) -> str:
+        if self.rebasing():  # the stack is part-way between two pins: only the rebase can go on
+            return "a rebase is in progress: 'gqueue rebase --continue' goes on, 'gqueue rebase --abort' undoes it"
+        return "run 'gqueue repair'"
+
     def stack(self) -> Stack:
         self.require_work()
         pin = self.pin()
@@ -174,7 +183,7 @@ class Workspace:
             return Stack(base, head, ())
         chain = self.repo.chain_with_parents(head, base)
         if not chain or chain[0][1] != base:  # the first-parent line from HEAD does not pass the pin
-            raise StateError("HEAD of the work tree is not on the pinned release", path="work", hint="run 'gqueue repair'")
+            raise StateError("HEAD of the work tree is not on the pinned release", path="work", hint=self._repair_hint())
         applied = []
         for sha, _parent, tree, message in chain:
             name = trailer_value(message)
