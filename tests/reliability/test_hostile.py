@@ -204,6 +204,7 @@ def test_corpus_is_complete() -> None:
     """Every committed file of the corpus is one of the cases below (and the reverse)."""
     patches = {p.name for p in (CORPUS / "patches").iterdir()}
     used = set(PATCH_CASES) | set(LINK_CASES) | {"ok.patch", "absolute-p0.patch", "dup-id-a.patch", "dup-id-b.patch"}
+    used |= set(KIND_CASES)
     used |= set(AUTHOR_CASES) | set(GIT_NAME_CASES) | {"dep3-author-continued.patch"}
     assert patches == used
     assert {p.name for p in (CORPUS / "series").iterdir()} == set(SERIES_CASES)
@@ -619,3 +620,31 @@ def test_changed_archive_is_imported(applied: bool, tmp_path: Path) -> None:
     q.run("push")
     assert (q.work / "README.md").read_text() == "synthetic upstream, re-released\n"
     assert "OPTION_3 = 33" in (q.work / "vllm" / "config.py").read_text()
+
+
+# --- a new file where a folder is, or under a file (issue 38, item 2) -------------------------------
+# The commit would replace the folder vllm/ (all its files deleted) or the file with the new file,
+# while the report said '1 file, 1 hunk'. patch -> (series pushed with --all, message fragment)
+KIND_CASES: dict[str, tuple[tuple[str, ...], str]] = {
+    "new-file-over-folder.patch": ((), "queue/new-file-over-folder.patch:5: patch creates the file 'vllm', "
+                                       "which is a folder of 4 file(s) (they would be deleted)"),
+    "new-file-under-file.patch": ((), "queue/new-file-under-file.patch:5: patch creates 'vllm/__init__.py/evil.py' "
+                                      "under 'vllm/__init__.py', which is a file"),
+    "new-file-under-new-file.patch": (("ok.patch",), "queue/new-file-under-new-file.patch:5: patch creates "
+                                                     "'vllm/ok.py/evil.py' under 'vllm/ok.py', which is a file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KIND_CASES))
+def test_new_file_where_a_folder_or_file_is(name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    box = _checked_out(tmp_path_factory, tmp_path)
+    below, fragment = KIND_CASES[name]
+    for patch in (*below, name):
+        _copy_patch(box.q, patch)
+    box.q.set_series(*below, name)
+    before = box.state()
+    _assert_one_line_error(box.run("push", "--all"), 1, "unsafe-patch", fragment)
+    assert box.state() == before  # nothing pushed, not even the patches below it
+    _assert_one_line_error(box.run("check", "--no-lint"), 1, "unsafe-patch", fragment)
+    assert box.state() == before
+    assert sorted(p.name for p in (box.q.work / "vllm").iterdir()) == ["__init__.py", "config.py", "parser.py", "util.py"]

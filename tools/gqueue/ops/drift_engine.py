@@ -17,7 +17,7 @@ from ..model.apply import FileOutcome, apply_hunks, apply_ignoring_whitespace, s
 from ..model.diff import FileDiff, Hunk
 from ..model.patch import PatchFile
 from ..vcs.git import WorkRepo
-from .engine import TreeView, file_diffs
+from .engine import TreeView, file_diffs, refuse_kind_clash
 
 Change = tuple[str, bytes] | None
 
@@ -152,6 +152,7 @@ class SeriesRun:
             if old_after is not None:
                 old_changes[path] = None if fd.is_delete else (fd.new_mode or (old_cur[0] if old_cur else "100644"), old_after)
         if fd.is_new:
+            refuse_kind_clash(self.new, changes, fd, f"queue/{patch.name}")  # as push refuses it
             self._new_file(fd, new_cur, hunks, changes)
             return
         if new_cur is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -25,6 +26,7 @@ class TreeView:
         self.entries: dict[str, Entry] = repo.tree_entries(commit)
         self.overlay: dict[str, tuple[str, bytes] | None] = {}
         self.blobs: dict[str, bytes] = {}
+        self._sorted: list[str] | None = None  # the commit's paths in order, made when first needed
 
     def prefetch(self, paths: Iterable[str]) -> None:
         """Read the blobs of ``paths`` in one batch (instead of one request per file later)."""
@@ -51,6 +53,19 @@ class TreeView:
 
     def set(self, path: str, value: tuple[str, bytes] | None) -> None:
         self.overlay[path] = value
+
+    def files_under(self, folder: str, pending: dict[str, tuple[str, bytes] | None]) -> int:
+        """How many files there are under ``folder`` (``pending``: changes made on top, not yet set)."""
+        if self._sorted is None:
+            self._sorted = sorted(self.entries)
+        start = folder + "/"
+        names = set()
+        at = bisect_left(self._sorted, start)
+        while at < len(self._sorted) and self._sorted[at].startswith(start):
+            names.add(self._sorted[at])
+            at += 1
+        names.update(p for p in (*self.overlay, *pending) if p.startswith(start))
+        return sum(1 for p in names if (pending[p] if p in pending else self.mode(p)) is not None)
 
     def symlink_on_path(self, path: str) -> str | None:
         parts = path.split("/")
@@ -157,6 +172,7 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             if current is not None:
                 result.files.append(FileResult(fd.path, FILE_EXISTS, (), fd.line))
                 continue
+            refuse_kind_clash(view, pending, fd, where)
             outcome = apply_hunks(b"", fd, max_fuzz=0)
             pending[fd.path] = (fd.new_mode or "100644", outcome.new or b"")
             result.files.append(FileResult(fd.path, CLEAN, outcome.hunks, fd.line))
@@ -185,6 +201,24 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             for path, value in pending.items():
                 view.set(path, value)
     return result
+
+
+def refuse_kind_clash(view: TreeView, pending: dict[str, tuple[str, bytes] | None], fd: FileDiff, where: str) -> None:
+    """A new file may not stand where a folder is, nor under a file: the commit would replace the
+    folder (every file in it deleted) or the file with the new one, which a report of '1 file,
+    1 hunk' does not show."""
+    parts = fd.path.split("/")
+    for depth in range(1, len(parts)):
+        prefix = "/".join(parts[:depth])
+        if (pending[prefix] if prefix in pending else view.mode(prefix)) is not None:
+            raise UnsafePatchError(
+                f"patch creates '{fd.path}' under '{prefix}', which is a file (it would be deleted)",
+                path=where, line=fd.line)
+    inside = view.files_under(fd.path, pending)
+    if inside:
+        raise UnsafePatchError(
+            f"patch creates the file '{fd.path}', which is a folder of {inside} file(s) (they would be deleted)",
+            path=where, line=fd.line)
 
 
 def touched_paths(patches: Iterable[PatchFile]) -> set[str]:
