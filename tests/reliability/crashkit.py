@@ -540,6 +540,7 @@ class Trial:
     recovery_code: int
     said: str  # what the recovery command reported
     failure: str | None = None
+    lost: int = 0  # bytes of the user's work found nowhere after recovery (see bytes_lost)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -618,7 +619,20 @@ def trial(templates: Templates, scenario: Scenario, dest: Path, *, crash_after: 
         record.failure = str(exc)
     except subprocess.TimeoutExpired as exc:
         record.failure = f"timed out: {exc}"
+    record.lost = bytes_lost(scenario, old, new, snapshot(root), root)
     return record
+
+
+def bytes_lost(scenario: Scenario, old: State, new: State, now: State, root: Path) -> int:
+    """Bytes of what the user wrote that are nowhere after recovery, for the figures: each of the
+    scenario's unrefreshed edits that is not in work/, the refreshed patch or .gqueue/saved/, and,
+    when queue/ is neither the old nor the new version as a whole, each old patch text that is not
+    in queue/, .gqueue/saved/ or .gqueue/deleted/."""
+    lost = sum(len(text.encode()) for rel, text in scenario.user_edits.items() if not _edit_kept(rel, text, new, now))
+    if now.queue not in (old.queue, new.queue):
+        kept = {*now.queue.values(), *now.saved.values(), *_read_tree(root / ".gqueue" / "deleted").values()}
+        lost += sum(len(data) for data in old.queue.values() if data not in kept)
+    return lost
 
 
 def random_kill(rng: random.Random, clean_seconds: float, work_seconds: float) -> tuple[float, bool]:

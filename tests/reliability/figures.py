@@ -1,13 +1,17 @@
-"""Turn a crash campaign's report into the table of docs/RELIABILITY.md.
+"""Turn a harness run into the figures of docs/RELIABILITY.md: the crash table (trials per
+command, bytes lost) and the hostile-input tally (inputs tried, refused, failures).
 
-    GQUEUE_CRASH_REPORT=/tmp/crash.json python -m pytest tests/reliability/test_crash.py [-m slow]
-    python tests/reliability/figures.py /tmp/crash.json
+    GQUEUE_CRASH_REPORT=/tmp/crash.json python -m pytest tests/reliability/test_crash.py \
+        tests/reliability/test_hostile.py -m "not slow" -p no:cacheprovider --junitxml=/tmp/reliability.xml
+    python tests/reliability/figures.py /tmp/crash.json --junit /tmp/reliability.xml
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,7 +19,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from crashkit import SCENARIOS  # noqa: E402
 
 COLUMNS = ("sweep kills (every effect)", "random kills", "random kills inside the lock",
-           "recovered by `repair`", "recovered by the next command", "failures")
+           "recovered by `repair`", "recovered by the next command", "failures", "bytes lost")
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "hostile"
 
 
 def table(doc: dict[str, dict[str, object]], kinds: tuple[str, ...]) -> str:
@@ -38,6 +43,7 @@ def table(doc: dict[str, dict[str, object]], kinds: tuple[str, ...]) -> str:
             row[COLUMNS[3]] += t["recovery"] == "repair"
             row[COLUMNS[4]] += t["recovery"] == "rerun"
             row[COLUMNS[5]] += bool(t["failure"])
+            row[COLUMNS[6]] += int(t.get("lost", 0))
     lines = ["| command | scenarios | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---:|" * len(COLUMNS)]
     total: dict[str, int] = defaultdict(int)
     for command in sorted(rows, key=lambda c: -sum(rows[c].values())):
@@ -50,16 +56,42 @@ def table(doc: dict[str, dict[str, object]], kinds: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-def main(path: str) -> None:
-    doc = json.load(open(path))
+def hostile(junit: str) -> str:
+    """The hostile corpus and what the run of tests/reliability/test_hostile.py made of it."""
+    files = {kind: sorted(p.name for p in (CORPUS / kind).iterdir()) for kind in ("patches", "series", "archives")}
+    cases = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.get("classname", "").endswith("test_hostile"):
+            outcome = "failed" if case.find("failure") is not None or case.find("error") is not None else \
+                "skipped" if case.find("skipped") is not None else "passed"
+            cases.append((case.get("name", ""), outcome))
+    tally = {o: sum(1 for _n, x in cases if x == o) for o in ("passed", "failed", "skipped")}
+    corpus = sum(len(v) for v in files.values())
+    return (f"Hostile inputs: {corpus} committed files ({len(files['patches'])} patches, {len(files['series'])} series, "
+            f"{len(files['archives'])} archives) in {len(cases)} tests of test_hostile.py: "
+            f"{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} skipped.")
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("report", help="the JSON file GQUEUE_CRASH_REPORT named")
+    parser.add_argument("--junit", help="the --junitxml of the same run (for the hostile tally)")
+    args = parser.parse_args(argv)
+    doc = json.load(open(args.report))
     print(table(doc, ("sweep", "random")))
     if any(k.startswith(("soak", "random-soak")) for k in doc):
         print()
         print(table(doc, ("soak", "random-soak")))
     for key in ("random", "random-soak"):
         if key in doc:
-            print(f"\n{key}: seed {doc[key].get('seed')}, {doc[key].get('seconds')} s")
+            trials = doc[key]["trials"]
+            group = sum(1 for t in trials if "group" in t["how"])
+            print(f"\n{key}: seed {doc[key].get('seed')}, {doc[key].get('seconds')} s, "
+                  f"{group} of {len(trials)} kills took the whole process group")
+    if args.junit:
+        print()
+        print(hostile(args.junit))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
