@@ -59,11 +59,55 @@ def list_files(project: str) -> tuple[list[str], list[IndexFile]]:
     return list(data.get("versions", [])), files
 
 
+def _memo_path(project: str, version: str) -> "Path":
+    """Where ``find_sdist`` keeps its answer: per project, version and the index named in the
+    environment (pip's own configuration is not read for this: asking pip costs half a second)."""
+    import hashlib
+    from pathlib import Path
+
+    from .cache import cache_dir
+
+    named = os.environ.get("GQUEUE_INDEX_URL") or os.environ.get("PIP_INDEX_URL") or ""
+    key = hashlib.sha256(named.rstrip("/").encode()).hexdigest()[:16]
+    return Path(cache_dir()) / "index" / key / canonicalize_name(project) / f"{version}.sdist.json"
+
+
+def _memo_read(project: str, version: str) -> IndexFile | None:
+    """The sdist an earlier lookup of this release found (see ``find_sdist``), if recorded."""
+    try:
+        data = json.loads(_memo_path(project, version).read_text())
+        found = IndexFile(str(data["filename"]), str(data["url"]), str(data["sha256"]), data.get("size"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if len(found.sha256) == 64 else None
+
+
+def _memo_write(project: str, version: str, found: IndexFile) -> None:
+    path = _memo_path(project, version)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"filename": found.filename, "url": found.url, "sha256": found.sha256,
+                                   "size": found.size}))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs the next lookup its index request
+
+
 def find_sdist(project: str, version: str) -> IndexFile:
+    """The release's sdist. An index never replaces a file it published (PyPI refuses a
+    second upload of a file name), so the answer is kept in the download cache
+    (``index/<project>/<version>.sdist.json``) and the next lookup of this release asks no
+    index; whatever is fetched is still checked against this sha256."""
+    memo = _memo_read(project, version)
+    if memo is not None:
+        return memo
     _versions, files = list_files(project)
     wanted = {f"{project}-{version}.tar.gz", f"{canonicalize_name(project).replace('-', '_')}-{version}.tar.gz"}
     for f in files:
         if f.filename in wanted:
+            if len(f.sha256) == 64:
+                _memo_write(project, version, f)
             return f
     raise StateError(f"the index has no sdist {project}-{version}.tar.gz")
 
