@@ -3,7 +3,7 @@ command, bytes lost) and the hostile-input tally (inputs tried, refused, failure
 
     GQUEUE_CRASH_REPORT=/tmp/crash.json python -m pytest tests/reliability/test_crash.py \
         tests/reliability/test_hostile.py -m "not slow" -p no:cacheprovider --junitxml=/tmp/reliability.xml
-    python tests/reliability/figures.py /tmp/crash.json --junit /tmp/reliability.xml
+    python tests/reliability/figures.py /tmp/crash.json --junit /tmp/reliability.xml [--write docs/RELIABILITY.md]
 """
 
 from __future__ import annotations
@@ -76,21 +76,36 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report", help="the JSON file GQUEUE_CRASH_REPORT named")
     parser.add_argument("--junit", help="the --junitxml of the same run (for the hostile tally)")
+    parser.add_argument("--write", metavar="DOC", help=f"put the figures in DOC between {BEGIN!r} and {END!r}")
     args = parser.parse_args(argv)
-    doc = json.load(open(args.report))
-    print(table(doc, ("sweep", "random")))
+    text = figures(json.load(open(args.report)), args.junit)
+    if args.write:
+        doc = Path(args.write).read_text()
+        head, sep, rest = doc.partition(BEGIN)
+        _old, sep2, tail = rest.partition(END)
+        if not (sep and sep2):
+            raise SystemExit(f"{args.write}: no {BEGIN} ... {END} block to replace")
+        Path(args.write).write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    else:
+        print(text)
+
+
+BEGIN, END = "<!-- figures.py: begin -->", "<!-- figures.py: end -->"
+
+
+def figures(doc: dict[str, dict[str, object]], junit: str | None) -> str:
+    out = [table(doc, ("sweep", "random"))]
     if any(k.startswith(("soak", "random-soak")) for k in doc):
-        print()
-        print(table(doc, ("soak", "random-soak")))
+        out += ["", table(doc, ("soak", "random-soak"))]
     for key in ("random", "random-soak"):
         if key in doc:
             trials = doc[key]["trials"]
-            group = sum(1 for t in trials if "group" in t["how"])
-            print(f"\n{key}: seed {doc[key].get('seed')}, {doc[key].get('seconds')} s, "
-                  f"{group} of {len(trials)} kills took the whole process group")
-    if args.junit:
-        print()
-        print(hostile(args.junit))
+            group = sum(1 for t in trials if "group" in t["how"])  # type: ignore[union-attr]
+            out += ["", f"Random kills ({key}): seed {doc[key].get('seed')}, {doc[key].get('seconds')} s, "
+                        f"{group} of {len(trials)} took the whole process group."]  # type: ignore[arg-type]
+    if junit:
+        out += ["", hostile(junit)]
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
