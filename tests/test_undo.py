@@ -150,6 +150,30 @@ def test_undo_of_move(tmp_path: Path) -> None:
     assert q.run("series").stdout.split() == ["C-c.patch", "A-a.patch", "B-b.patch"]
 
 
+def test_undo_of_header_edit_fold_and_import(tmp_path: Path) -> None:
+    q = _queue(tmp_path)
+    q.run("push")
+    start = _state(q)
+    q.run("header", "B-b.patch", "--edit", env={"GQUEUE_EDITOR": "sed -i 's/^title:.*/title: retitled/'"})
+    assert "retitled" in (q.root / "queue" / "B-b.patch").read_text()
+    q.run("header", "B-b.patch")  # only shown: not recorded
+    assert _undo(q)["steps"][0]["op"] == "header"
+    assert _state(q) == start
+
+    q.run("fold", "C-c.patch")
+    assert "C-c.patch" not in (q.root / "series").read_text()
+    q.run("undo")
+    assert _state(q) == start and _applied(q) == ["A-a.patch"]
+
+    source = tmp_path / "D-d.patch"
+    source.write_text(_util("return x + 9\n", "return x + 90\n"))
+    q.run("import", str(source))
+    assert (q.root / "queue" / "D-d.patch").is_file()
+    q.run("undo")
+    assert _state(q) == start
+    assert list((q.root / ".gqueue" / "deleted").glob("*-D-d.patch"))  # moved aside, not unlinked
+
+
 def test_a_new_operation_ends_what_could_be_redone(tmp_path: Path) -> None:
     q = _queue(tmp_path)
     q.run("push", "-n", "2")
