@@ -203,11 +203,16 @@ def _tops(ws: Workspace, *heads: str | None) -> dict[str | None, str | None]:
     return tops
 
 
-def begin(ws: Workspace, op: str) -> Mark:
-    """Before a recorded command runs (under the lock, after recovery)."""
+def begin(ws: Workspace, op: str) -> Mark | None:
+    """Before a recorded command runs (under the lock, after recovery). None, with a warning,
+    when the state cannot be read: the command runs all the same, unrecorded."""
     store = _Store(ws)
-    files = store.tracked()
-    store.save_index()
+    try:
+        files = store.tracked()
+        store.save_index()
+    except OSError as exc:
+        ws.reporter.note(f"the undo log cannot record this command: {exc}")
+        return None
     return Mark(op, files, _head(ws), store)
 
 
