@@ -12,6 +12,7 @@ Returns the patch names in series order.
 With ``same_size=F`` an edit is, with probability F, a rewrite of an earlier patch's note
 to the patch's own tag of the same length (``S012.0`` -> ``S145.0``), which leaves the
 file's size as it was: the case where a rewritten file keeps its whole stat record.
+``shared=P`` sets the chance that a patch touches a file an earlier one touched (0.30).
 
 With ``stable_against=NEW_TREE_DIR`` every edit is placed where the lines around it are the
 same in the other tree, so the series also moves there without conflicts (for measuring a
@@ -109,7 +110,7 @@ def _diff(path: str, old: str, new: str) -> str:
 
 
 def generate(tree_dir: Path, out_dir: Path, n: int = 300, seed: int = 0, *,
-             stable_against: Path | None = None, same_size: float = 0.0) -> list[str]:
+             stable_against: Path | None = None, same_size: float = 0.0, shared: float = SHARED) -> list[str]:
     rng = random.Random(seed)
     tree_dir, out_dir = Path(tree_dir), Path(out_dir)
     files = _candidates(tree_dir, rng, Path(stable_against) if stable_against else None)
@@ -129,7 +130,7 @@ def generate(tree_dir: Path, out_dir: Path, n: int = 300, seed: int = 0, *,
         diffs = []
         want = rng.choice((1, 1, 2, 2, 3))
         chosen: list[str] = []
-        if touched and rng.random() < SHARED:
+        if touched and rng.random() < shared:
             chosen.append(rng.choice(touched))
         while len(chosen) < want:
             path = fresh.pop() if fresh else rng.choice(files)
