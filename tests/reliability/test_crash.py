@@ -361,3 +361,86 @@ def test_rebase_killed_anywhere_goes_on_with_continue(templates: ck.Templates, t
                 break
     assert killed > 10
     assert not failures, "\n".join(failures)
+
+
+# --- what killed downloads and fast-imports leave behind ------------------------------------------
+
+
+def _downloads_left(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "sha256").glob("*/*/.download-*"))
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A download cache of this test's own, for the CLI runs of crashkit too (whose ENV may name
+    the cache of templates another test built in this process)."""
+    cache = tmp_path / "own-cache"
+    monkeypatch.setenv("GQUEUE_CACHE", str(cache))
+    monkeypatch.setitem(ck.ENV, "GQUEUE_CACHE", str(cache))
+    return cache
+
+
+def test_a_killed_download_is_cleared_by_the_next_run(tmp_path: Path, own_cache: Path) -> None:
+    """A checkout killed while it copies the archive leaves a '.download-*' in the cache; the next
+    run removes it (and its empty folders), but not the temporary of a download another process
+    is making (it holds an flock on it, as every download does)."""
+    import fcntl
+
+    from synth import make_queue
+
+    q = make_queue(tmp_path)
+    cache = own_cache
+    killed = ck.run(q.root, ("checkout",), crash_after=1)  # the first effect: writing the first chunk
+    assert killed.killed
+    assert len(_downloads_left(cache)) == 1, "the kill left no temporary download"
+    elsewhere = cache / "sha256" / "ab" / ("ab" * 32)
+    elsewhere.mkdir(parents=True)
+    live = elsewhere / ".download-live123"
+    with live.open("wb") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # a download another process is making
+        again = ck.run(q.root, ("checkout",))
+        assert again.code == 0, again.stderr
+        assert _downloads_left(cache) == [".download-live123"]
+    assert (q.work / "vllm" / "parser.py").read_text() == ck.PARSER
+    assert len(list((cache / "sha256").glob("*/*"))) == 2  # the archive's folder, and the live one's
+
+
+def test_a_killed_fast_import_leaves_nothing_for_long(tmp_path: Path, own_cache: Path) -> None:
+    """A fast-import killed part-way leaves 'tmp_pack_*' in work/.git/objects/pack; the next command
+    that takes the queue lock removes it (no fast-import of gqueue's runs then: each holds the lock
+    with the command that started it)."""
+    import signal
+    import subprocess
+
+    from synth import make_queue
+
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    fast_import = subprocess.Popen(["git", "fast-import", "--quiet", "--done"], cwd=q.work, stdin=subprocess.PIPE)
+    assert fast_import.stdin is not None
+    fast_import.stdin.write(b"blob\nmark :1\ndata 5\nhello\n")
+    fast_import.stdin.flush()
+    pack = q.work / ".git" / "objects" / "pack"
+    deadline = time.monotonic() + 10
+    while not list(pack.glob("tmp_pack_*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(fast_import.pid, signal.SIGKILL)
+    fast_import.wait()
+    fast_import.stdin.close()
+    assert list(pack.glob("tmp_pack_*")), "the killed fast-import left no temporary pack"
+    result = ck.run(q.root, ("pop", "--all"))
+    assert result.code == 0, result.stderr
+    assert "temporary pack file(s) of a killed git fast-import" in result.stderr
+    assert not list(pack.glob("tmp_*"))
+
+
+def test_fast_import_is_given_the_queue_lock(tmp_path: Path) -> None:
+    """The descriptors fast-import inherits (vcs/git.py) are the queue locks the process holds."""
+    from gqueue.lock import QueueLock, held_fds
+
+    lock = QueueLock(tmp_path / "lock").acquire()
+    try:
+        assert lock.fd is not None and lock.fd in held_fds()
+    finally:
+        lock.release()
+    assert not held_fds()

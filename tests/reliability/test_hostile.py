@@ -35,10 +35,10 @@ PATCH_CASES: dict[str, tuple[int, str, str]] = {
     "binary-literal.patch": (1, "unsafe-patch", "binary patch"),
     "binary-differ.patch": (1, "unsafe-patch", "binary patch"),
     "crlf-everywhere.patch": (1, "bad-format", "CRLF"),
-    "crlf-body.patch": (3, "conflict", "vllm/parser.py hunk #1"),
+    "crlf-body.patch": (3, "conflict", "vllm/parser.py: hunk #1 of 1"),
     "latin1-header.patch": (1, "bad-format", "header is not valid UTF-8"),
     "latin1-path.patch": (1, "bad-format", "file name in patch is not UTF-8"),
-    "latin1-body.patch": (3, "conflict", "vllm/parser.py hunk #1"),
+    "latin1-body.patch": (3, "conflict", "vllm/parser.py: hunk #1 of 1"),
     "truncated-hunk.patch": (1, "bad-format", "hunk ends early"),
     "lying-counts-short.patch": (1, "bad-format", "hunk line counts lie"),
     "lying-counts-long.patch": (1, "bad-format", "hunk line counts lie"),
@@ -184,8 +184,13 @@ def _use_archive(q: Queue, tmp: Path, archive: str, *, digest: str | None = None
 def _assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, ref: str, fragment: str) -> None:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     if code == 3:  # does not apply: the push report names the patch, the file and the hunk
-        failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
-        assert len(failed) == 1 and fragment in failed[0], proc.stdout
+        lines = proc.stdout.splitlines()
+        failed = [i for i, line in enumerate(lines) if line.startswith("FAILED")]
+        assert len(failed) == 1, proc.stdout
+        # the FAILED line names the patch; the lines under it name each file and hunk
+        detail = lines[failed[0] + 1:]
+        detail = detail[:next((i for i, line in enumerate(detail) if not line.startswith("  ")), len(detail))]
+        assert any(fragment in line for line in detail), proc.stdout
         return
     lines = [line for line in proc.stderr.splitlines() if not line.startswith(("hint: ", "note: "))]
     assert len(lines) == 1, proc.stderr
@@ -648,3 +653,82 @@ def test_new_file_where_a_folder_or_file_is(name: str, tmp_path: Path, tmp_path_
     _assert_one_line_error(box.run("check", "--no-lint"), 1, "unsafe-patch", fragment)
     assert box.state() == before
     assert sorted(p.name for p in (box.q.work / "vllm").iterdir()) == ["__init__.py", "config.py", "parser.py", "util.py"]
+
+
+# --- downloads have a size limit ------------------------------------------------------------------
+
+
+def _limited_run(box: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI with files capped at 64 MiB: a download without a limit dies of SIGXFSZ here
+    instead of filling the disk."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+
+    return subprocess.run([sys.executable, "-m", "gqueue", "-C", str(box.q.root), *args], capture_output=True,
+                          text=True, timeout=60, preexec_fn=cap, env={**os.environ, **(env or {})})
+
+
+def test_pin_on_a_device_is_refused(tmp_path: Path) -> None:
+    """A pin pointing at /dev/zero filled the cache until the disk was full."""
+    q = make_queue(tmp_path)
+    (q.root / "vendor-pin.txt").write_text(f"pin file:///dev/zero#sha256={'0' * 64} project=vllm version=0.1.0\n")
+    box = Sandbox(tmp_path, q)
+    before = box.state()
+    _assert_one_line_error(_limited_run(box, "checkout"), 1, "integrity", "/dev/zero is not a regular file")
+    assert box.state() == before
+
+
+def test_download_over_the_limit_is_refused(tmp_path: Path) -> None:
+    """Without a size from the index, GQUEUE_MAX_DOWNLOAD (default 4 GiB) is the most a download may be."""
+    q = make_queue(tmp_path)
+    box = Sandbox(tmp_path, q)
+    before = box.state()
+    proc = _limited_run(box, "checkout", env={"GQUEUE_MAX_DOWNLOAD": "100"})
+    _assert_one_line_error(proc, 1, "integrity", "is larger than 100 bytes")
+    assert box.state() == before
+    _assert_one_line_error(_limited_run(box, "checkout", env={"GQUEUE_MAX_DOWNLOAD": "lots"}), 2, "usage", "GQUEUE_MAX_DOWNLOAD")
+    assert _limited_run(box, "checkout").returncode == 0
+
+
+def test_download_stream_is_cut_at_the_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endless HTTP body is cut at the size the index gives (else at GQUEUE_MAX_DOWNLOAD), and one
+    whose Content-Length is over it is not read at all; nothing is left in the cache."""
+    import urllib.request
+
+    from gqueue.errors import IntegrityError
+    from gqueue.upstream import cache
+
+    reads: list[int] = []
+
+    class Endless:
+        def __init__(self, length: int | None) -> None:
+            self.length = length
+
+        def __enter__(self) -> "Endless":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def read(self, n: int) -> bytes:
+            reads.append(n)
+            return bytes(n)
+
+    length: list[int | None] = [None]
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: Endless(length[0]))
+    root = Path(os.environ["GQUEUE_CACHE"])
+    args = ("https://files.example.invalid/vllm-0.1.0.tar.gz", "1" * 64, "vllm-0.1.0.tar.gz")
+    with pytest.raises(IntegrityError, match=f"larger than {3 << 20} bytes"):
+        cache.fetch(*args, where="vendor-pin.txt:1", size=3 << 20)
+    assert sum(reads) <= (4 << 20)
+    monkeypatch.setenv("GQUEUE_MAX_DOWNLOAD", "2M")
+    with pytest.raises(IntegrityError, match=f"larger than {2 << 20} bytes"):
+        cache.fetch(*args, where="vendor-pin.txt:1")
+    reads.clear()
+    length[0] = 10 << 30
+    with pytest.raises(IntegrityError, match="larger than"):
+        cache.fetch(*args, where="vendor-pin.txt:1", size=5 << 20)
+    assert reads == []
+    assert not root.exists() or not [p for p in root.rglob("*") if p.is_file()]

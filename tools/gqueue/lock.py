@@ -17,6 +17,46 @@ from pathlib import Path
 from .errors import LockedError, UsageError
 
 DEFAULT_WAIT = 10.0
+_HELD: set[int] = set()  # the descriptors of the queue locks this process holds
+
+
+def held_fds() -> tuple[int, ...]:
+    """The queue locks this process holds, for a child that must keep them while it runs.
+
+    A child given these (git fast-import) holds the lock with its parent: if the parent is
+    killed, the lock stays taken until the child is gone too, so the next command never meets a
+    live child's temporaries (``tmp_pack_*``) and may remove whatever it finds."""
+    return tuple(sorted(_HELD))
+
+
+def own_file(fd: int) -> None:
+    """Mark an open temporary file as owned by this process (an flock the kernel drops when the
+    process dies), waiting for anyone who is looking at it (``remove_unowned``) to finish."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def remove_unowned(path: Path) -> bool:
+    """Remove ``path`` if no live process owns it (``own_file``); whether it was removed.
+
+    A file a killed process left has no flock on it any more; one being written has. The lock is
+    held while the file is unlinked, so an owner that had just made it and not yet locked it
+    finds it gone (``os.fstat(fd).st_nlink == 0``) and makes another."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class QueueLock:
@@ -72,6 +112,7 @@ class QueueLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self.fd = fd
+        _HELD.add(fd)
         # a process that ends in any other way than a kill lets its record go with the lock, so
         # that a record left behind always means a holder that was killed
         atexit.register(self.release)
@@ -79,6 +120,7 @@ class QueueLock:
 
     def release(self) -> None:
         if self.fd is not None:
+            _HELD.discard(self.fd)
             os.ftruncate(self.fd, 0)
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)

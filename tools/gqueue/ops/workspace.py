@@ -91,6 +91,11 @@ class Workspace:
         if lock.stale:
             self.reporter.note(f"cleared a stale lock left by pid {lock.stale.get('pid')} ({lock.stale.get('command')})")
         self._lock = lock
+        if self.repo.exists():  # under the lock no fast-import of gqueue's is running (lock.held_fds)
+            left = self.repo.remove_leftover_packs()
+            if left:
+                self.reporter.note(f"removed {len(left)} temporary pack file(s) of a killed git fast-import "
+                                   f"from work/.git/objects/pack ({', '.join(left[:3])})")
         return lock
 
     def require_writable(self, *, queue: bool, work: bool) -> None:

@@ -97,7 +97,8 @@ def _from_index(pin: Pin, kind: str, sha: str | None, filename: str | None,
             f"sha256 mismatch for {found.filename}: vendor-pin.txt says {sha}, the index says {found.sha256}",
             path="vendor-pin.txt", line=pin.line,
         )
-    return cache.fetch(found.url, sha, found.filename, where=_where(pin), meter=meter)
+    size = found.size if isinstance(found.size, int) and not isinstance(found.size, bool) else None
+    return cache.fetch(found.url, sha, found.filename, where=_where(pin), meter=meter, size=size)
 
 
 def record_hashes(pin: Pin, *, wheel: bool = False) -> Pin:

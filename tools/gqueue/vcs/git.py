@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 from ..errors import GqueueError, StateError
 from ..fsutil import fault_point
+from ..lock import held_fds
 from .worktree import REGULAR, Write, apply_writes, index_records, plan_writes
 
 BRANCH = "refs/heads/gqueue"
@@ -38,6 +39,7 @@ TRAILER = "Gqueue-Patch"
 COMMITTER = "gqueue <gqueue@localhost>"
 _FI_DATE = re.compile(r"\d+ [+-]\d{4}")
 _FI_MODES = ("100644", "100755", "120000", "160000")
+_PACK_TEMPORARIES = ("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_")  # what fast-import writes before its rename
 
 
 def diff_options(strip: int = 1) -> tuple[str, ...]:
@@ -256,6 +258,7 @@ class WorkRepo:
                 # of a checked-out release's blobs four times slower
                 ["git", *CONFIG, *level, "fast-import", "--quiet", "--done", "--depth=0", f"--export-marks={marks}", "--force"],
                 cwd=self.path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+                pass_fds=held_fds(),  # it holds the queue lock too: a killed gqueue's fast-import ends first
             )
             assert proc.stdin is not None
             try:  # if fast-import dies, its stderr says why; the broken pipe does not
@@ -323,6 +326,17 @@ class WorkRepo:
             w(b"\nreset " + _fi_word(f"refs/tags/{tag}") + b"\nfrom :1\n\n")
 
         return self._fast_import(stream)[1]
+
+    def remove_leftover_packs(self) -> list[str]:
+        """Remove the temporaries a killed ``git fast-import`` left in ``objects/pack`` (``tmp_pack_*``,
+        ``tmp_idx_*``, ...); the names removed. Only for a caller holding the queue lock: every
+        fast-import gqueue starts holds it too (``lock.held_fds``), so none of them is running."""
+        removed = []
+        for leftover in sorted((self.git_dir / "objects" / "pack").glob("tmp_*")):
+            if leftover.name.startswith(_PACK_TEMPORARIES) and leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink()
+                removed.append(leftover.name)
+        return removed
 
     def update_ref(self, ref: str, new: str, old: str | None = None) -> None:
         args = ["update-ref", "-m", "gqueue", ref, new]
@@ -417,7 +431,6 @@ class WorkRepo:
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=_env())
         if proc.returncode != 0:
             raise _failure("read-tree", b"", proc.returncode)
-
 
     def remove_untracked(self) -> None:
         """Delete the files git does not track and does not ignore (ignored ones stay)."""
