@@ -186,6 +186,44 @@ def test_skip_blocks_the_patches_that_require_it(tmp_path: Path) -> None:
     assert q.run("lint").returncode == 0
 
 
+def test_retire_takes_a_stopped_patch_as_fixed_upstream(tmp_path: Path) -> None:
+    """A patch whose fix the new pin makes in its own way stops as a conflict; --retire takes it
+    out of the series as merged upstream (header and series line say where), keeps its diff, saves
+    what was begun in work/, and goes on with the rest."""
+    q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    stopped = q.run("rebase", "--pin", "next", check=False)
+    assert stopped.returncode == 3 and "gqueue rebase --retire" in stopped.stdout
+    diff_before = (q.root / "queue/E1-conflict.patch").read_text().split("...\n", 1)[1]
+    target = q.work / "vllm/conflict.py"
+    target.write_text(target.read_text().replace("<<<<<<< ", "BEGUN "))
+    proc = q.run("rebase", "--retire", "--json", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["result"]["done"], proc.stdout
+    summary = doc["result"]["summary"]
+    assert summary["retired"] == ["E1-conflict.patch"] and summary["skipped"] == [] and summary["by_hand"] == []
+    assert summary["moved"] == ["A1-clean.patch", "M1-drift.patch"]
+    series = (q.root / "series").read_text().splitlines()
+    assert any(x.startswith("# merged upstream in ") and x.endswith(": E1-conflict.patch") for x in series)
+    retired = (q.root / "queue/E1-conflict.patch").read_text()
+    assert "lifecycle: merged_upstream" in retired and "merged_upstream_in: " in retired
+    assert retired.split("...\n", 1)[1] == diff_before
+    assert q.run("applied").stdout.split() == ["A1-clean.patch", "M1-drift.patch"]
+    assert "BEGUN" not in target.read_text() and "<<<<<<<" not in target.read_text()
+    saved = list((q.root / ".gqueue/saved").rglob("*"))
+    assert any(p.is_file() and "BEGUN" in p.read_text(errors="replace") for p in saved)
+    assert "vllm-0.2.0" in (q.root / "vendor-pin.txt").read_text()
+    assert q.run("check", "--json").returncode == 0
+
+
+def test_retire_needs_a_stopped_patch(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch"])
+    q.run("push", "--all")
+    assert "--retire" in q.run("rebase", "--continue", "--retire", check=False).stderr
+    proc = q.run("rebase", "--retire", check=False)
+    assert proc.returncode == 1 and "no rebase in progress" in proc.stderr
+
+
 def test_retired_and_parked_lines_keep_guards_and_comments(tmp_path: Path) -> None:
     q = build_queue(tmp_path, ["A1-clean.patch", "G1-upstream.patch", "I1-missing.patch"], checkout=False)
     (q.root / "series").write_text("# header\nA1-clean.patch  # first\n"

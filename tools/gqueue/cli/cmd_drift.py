@@ -232,20 +232,24 @@ def render_github(report: d.CheckReport, queue_dir: Path) -> list[str]:
 @click.option("--pin", "pin_spec", metavar="SPEC", help="The pin to move to (label, version or source).")
 @click.option("--continue", "continue_", is_flag=True, help="Go on after fixing and refreshing the stopped patch.")
 @click.option("--skip", is_flag=True, help="Leave the stopped patch behind (parked in the series) and go on.")
+@click.option("--retire", is_flag=True, help="The new pin already fixes what the stopped patch fixed: retire it "
+                                             "(merged upstream in the series and its header) and go on.")
 @click.option("--abort", is_flag=True, help="Put back the old pin, series, queue and work tree exactly.")
 @boundary("rebase")
-def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, abort: bool) -> Result:
+def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, retire: bool, abort: bool) -> Result:
     """Move the stack to a new pin with three-way merges, refreshing every patch that lands."""
     chosen = [name for name, on in (("--pin", pin_spec is not None), ("--continue", continue_),
-                                    ("--skip", skip), ("--abort", abort)) if on]
+                                    ("--skip", skip), ("--retire", retire), ("--abort", abort)) if on]
     if len(chosen) != 1:
-        raise UsageError("give exactly one of --pin SPEC, --continue, --skip, --abort")
+        raise UsageError("give exactly one of --pin SPEC, --continue, --skip, --retire, --abort")
     if abort:
         result = rebase_op.abort(ws)
     elif continue_:
         result = rebase_op.resume(ws)
     elif skip:
         result = rebase_op.resume(ws, skip=True)
+    elif retire:
+        result = rebase_op.resume(ws, retire=True)
     else:
         assert pin_spec is not None
         result = rebase_op.start(ws, pin_spec)

@@ -5,7 +5,7 @@ preimages); every patch is re-applied in memory by the drift engine; those that 
 commits (one fast-import stream) and are refreshed from them (one ``git diff-tree --stdin``);
 patches fully upstream leave the series with their header saying so. At the first patch that
 needs a hand the work tree gets its conflict markers and the rebase stops; ``--continue``,
-``--skip`` and ``--abort`` take it from there. vendor-pin.txt changes only at the end.
+``--skip``, ``--retire`` and ``--abort`` take it from there. vendor-pin.txt changes only at the end.
 
 During a rebase ``.gqueue/rebase-pin`` names the new pin, so the stack (and ``gqueue refresh``)
 is read against the new base, and ``.gqueue/rebase/`` keeps what ``--abort`` restores.
@@ -86,7 +86,8 @@ class RebaseResult:
             if self.conflict_files:
                 lines.append("conflicts left in work/: " + ", ".join(self.conflict_files))
             lines.append("fix them in work/, run 'gqueue refresh', then 'gqueue rebase --continue'")
-            lines.append("(or 'gqueue rebase --skip' to park this patch, 'gqueue rebase --abort' to go back)")
+            lines.append("(or 'gqueue rebase --skip' to park this patch, 'gqueue rebase --retire' if the new pin"
+                         " already fixes what it fixed, 'gqueue rebase --abort' to go back)")
         return "\n".join(lines)
 
 
@@ -151,12 +152,15 @@ def start(ws: Workspace, spec: str) -> RebaseResult:
     return _proceed(ws, state, head=new_base)
 
 
-def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
+def resume(ws: Workspace, *, skip: bool = False, retire: bool = False) -> RebaseResult:
+    """Go on at the stopped patch: carried as refreshed (default), parked (``skip``) or retired as
+    fixed upstream (``retire``: the new pin does what it did, in its own way, so no hunk of it is
+    wanted there)."""
     state = _load(ws)
     stopped = state.get("stopped")
     if stopped is None:
-        if skip:
-            raise StateError("the rebase is not stopped at a patch: there is none to skip",
+        if skip or retire:
+            raise StateError(f"the rebase is not stopped at a patch: there is none to {'retire' if retire else 'skip'}",
                              hint="'gqueue rebase --continue' goes on, 'gqueue rebase --abort' undoes it")
         return _restart(ws, state)
     stack = ws.stack()
@@ -165,14 +169,19 @@ def resume(ws: Workspace, *, skip: bool = False) -> RebaseResult:
                          hint="push or pop back to it, or 'gqueue rebase --abort'")
     _require_readable(ws, [n for n in state["todo"] if n not in state["done"] and n != stopped])
     tally = _tally(state)
-    if skip:
+    if skip or retire:
+        op = "rebase-retire" if retire else "rebase-skip"
         _remove_written(ws, state)
-        save_local_changes(ws, "rebase-skip")  # a resolution begun in work/ is dropped with the patch
+        save_local_changes(ws, op)  # a resolution begun in work/ is dropped with the patch
         below = stack.commit_below(len(stack.applied) - 1)
-        move(ws, stack.head, below, op="rebase-skip", force=True)
+        move(ws, stack.head, below, op=op, force=True)
         ws.needs_refresh_path.unlink(missing_ok=True)
-        _park(ws, stopped, state["to"])
-        tally.skipped.append(stopped)
+        if retire:  # the patch file keeps its diff (what it did on the old pin); the header says where it went
+            _retire(ws, ws.store.read_patch(stopped), state["to"])
+            tally.retired.append(stopped)
+        else:
+            _park(ws, stopped, state["to"])
+            tally.skipped.append(stopped)
         head = below
     else:
         if ws.needs_refresh_path.exists():
