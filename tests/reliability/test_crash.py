@@ -141,13 +141,13 @@ def test_multi_file_queue_edits_are_atomic(name: str, templates: ck.Templates, t
 def _repair_runs_in_repairing_mode() -> bool:
     import inspect
 
-    from gqueue.cli import main
+    from gqueue.cli import boundary
 
-    return "repairing" in inspect.getsource(main)
+    return "repairing" in inspect.getsource(boundary)
 
 
 @pytest.mark.xfail(not _repair_runs_in_repairing_mode(), strict=True,
-                   reason="cli/main.py runs recover() without repairing=True before every command, repair "
+                   reason="cli/boundary.py runs recover() without repairing=True before every command, repair "
                           "included, so the half-way state that the next command sends to 'gqueue repair' "
                           "makes repair fail the same way")
 def test_repair_after_the_next_command_refused(templates: ck.Templates, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from ..errors import ExitCode
 from ..ops import build as build_op
 from ..ops import develop as develop_op
 from ..ops.workspace import Workspace
-from .main import boundary, cli
+from .boundary import boundary
 
 Result = tuple[Any, str, int]
 
@@ -20,7 +20,7 @@ def _size(size: int) -> str:
     return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
 
 
-@cli.command()
+@click.command()
 @click.option("--mode", type=click.Choice(build_op.MODES), default="overlay", show_default=True,
               help="overlay: the upstream wheel with the patched files; source: pip wheel of the patched tree (needs CUDA).")
 @click.option("--profile", help="Build only the patches this profile selects (applied in memory; work/ is untouched).")
@@ -41,7 +41,7 @@ def build(ws: Workspace, mode: str, profile: str | None, out_dir: Path | None, w
     return result.to_json(), "\n".join(lines), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.option("--uninstall", is_flag=True, help="Remove every trace of a previous 'gqueue develop'.")
 @click.option("--python", "python", type=click.Path(dir_okay=False, path_type=Path),
               help="The environment's Python (default: the active virtual environment's).")

@@ -24,7 +24,7 @@ from ..ops import lint as lint_op
 from ..ops import plan
 from ..ops import rebase as rebase_op
 from ..ops.workspace import Workspace
-from .main import Context, boundary, cli
+from .boundary import Context, boundary
 
 Result = tuple[Any, str, int]
 
@@ -32,7 +32,7 @@ Result = tuple[Any, str, int]
 # --- check ------------------------------------------------------------------------------------
 
 
-@cli.command()
+@click.command()
 @click.option("--pin", "pins", multiple=True, metavar="SPEC",
               help="A pin to check: a label, version or source in vendor-pin.txt, or vllm==X.Y.Z / an archive "
                    "URL#sha256=... (repeatable; default: every pin in vendor-pin.txt).")
@@ -228,7 +228,7 @@ def render_github(report: d.CheckReport, queue_dir: Path) -> list[str]:
 # --- rebase -----------------------------------------------------------------------------------
 
 
-@cli.command()
+@click.command()
 @click.option("--pin", "pin_spec", metavar="SPEC", help="The pin to move to (label, version or source).")
 @click.option("--continue", "continue_", is_flag=True, help="Go on after fixing and refreshing the stopped patch.")
 @click.option("--skip", is_flag=True, help="Leave the stopped patch behind (parked in the series) and go on.")

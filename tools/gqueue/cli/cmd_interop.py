@@ -9,10 +9,10 @@ import click
 from ..errors import ExitCode, UsageError
 from ..ops import interop
 from ..ops.workspace import Workspace
-from .main import boundary, cli
+from .boundary import boundary
 
 
-@cli.command(name="import")
+@click.command(name="import")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--series", "series_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Import every patch of a quilt series file, in its order.")
@@ -27,7 +27,7 @@ def import_(ws: Workspace, files: tuple[Path, ...], series_file: Path | None, na
     return result.to_json(), text, ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.option("--quilt", "quilt_dir", type=click.Path(file_okay=False, path_type=Path), help="Write a quilt series here.")
 @click.option("--mbox", "mbox", type=click.Path(dir_okay=False, path_type=Path), help="Write an mbox that 'git am' takes.")
 @boundary("export", lock=False)

@@ -14,12 +14,12 @@ from ..ops import catalogue as catalogue_op
 from ..ops import lint as lint_op
 from ..ops import plan as plan_op
 from ..ops.workspace import Workspace
-from .main import Context, boundary, cli
+from .boundary import Context, boundary
 
 Result = tuple[Any, str, int]
 
 
-@cli.command()
+@click.command()
 @click.option("--list-rules", is_flag=True, help="Print every rule with its severity and exit.")
 @boundary("lint", needs_queue=False)
 def lint(ctx: Context, list_rules: bool) -> Result:
@@ -32,7 +32,7 @@ def lint(ctx: Context, list_rules: bool) -> Result:
     return report.to_json(), report.render(), ExitCode.CONFLICT if report.errors else ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.option("--check", "check_only", is_flag=True, help="Write nothing; exit 3 if a generated file is stale.")
 @click.option("--no-registry", is_flag=True, help=f"Leave {catalogue_op.REGISTRY} alone (queues without the runtime).")
 @boundary("docs", needs_queue=False)
@@ -50,7 +50,7 @@ def docs(ctx: Context, check_only: bool, no_registry: bool) -> Result:
     return result.to_json(), text, ExitCode.OK
 
 
-@cli.group()
+@click.group()
 def bisect() -> None:
     """Find the patch (or the release) after which something breaks."""
 
@@ -88,7 +88,7 @@ def bisect_report(result: bisect_op.BisectResult) -> str:
     return "\n".join(lines)
 
 
-@cli.command()
+@click.command()
 @click.option("--profile", "profile", help="profiles/NAME.yaml, or a series guard name (as 'hg qselect').")
 @click.option("--policy", type=click.Choice(POLICIES), help="compat keeps all; safe drops no_op; minimal also "
               "suspected_regression and unknown. Default: the profile's policy, else compat.")

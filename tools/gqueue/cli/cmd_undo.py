@@ -7,7 +7,7 @@ import click
 from ..errors import ExitCode
 from ..ops import undo as undo_op
 from ..ops.workspace import Workspace
-from .main import boundary, cli
+from .boundary import boundary
 
 
 def _text(result: undo_op.UndoResult) -> str:
@@ -25,7 +25,7 @@ def _text(result: undo_op.UndoResult) -> str:
 _FORCE = "Go on over unrefreshed changes, or files changed since; they are saved under .gqueue/saved/ first."
 
 
-@cli.command()
+@click.command()
 @click.option("-n", "count", type=click.IntRange(min=1), default=1, help="Undo this many operations.")
 @click.option("-f", "--force", is_flag=True, help=_FORCE)
 @boundary("undo")
@@ -35,7 +35,7 @@ def undo(ws: Workspace, count: int, force: bool) -> tuple[object, str, int]:
     return result.to_json(), _text(result), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.option("-n", "count", type=click.IntRange(min=1), default=1, help="Redo this many operations.")
 @click.option("-f", "--force", is_flag=True, help=_FORCE)
 @boundary("redo")

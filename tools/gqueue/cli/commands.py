@@ -16,7 +16,7 @@ from ..model.policies import POLICIES
 from ..ops import naming, stackops
 from ..ops.workspace import Workspace
 from .completion import PATCH
-from .main import Context, boundary, cli
+from .boundary import Context, boundary
 from .render import push_report
 
 
@@ -38,7 +38,7 @@ reorder = _OnDemand("reorder")
 Result = tuple[Any, str, int]
 
 
-@cli.command()
+@click.command()
 @click.option("--pin", "pin_spec", required=True, help="vllm==X.Y.Z or an archive URL with #sha256=...")
 @click.option("--no-record", is_flag=True, help="Do not ask the index for the sdist's sha256.")
 @boundary("init", needs_queue=False)
@@ -48,7 +48,7 @@ def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
     return result.to_json(), f"initialised a queue on {result.pin} in {result.root}", ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.option("--record", is_flag=True, help="Fill in missing sdist sha256s of vendor-pin.txt from the index.")
 @click.option("--wheel", is_flag=True, help="With --record: also the binary wheel's sha256 and file name.")
 @boundary("pin")
@@ -71,7 +71,7 @@ def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
     return {"pins": rows}, text, ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @boundary("checkout")
 def checkout(ws: Workspace) -> Result:
     """Fetch the pinned sdist (verified, cached) and make the work tree at work/."""
@@ -104,7 +104,7 @@ def _name(ws: Workspace, query: str, *, stored: bool = False) -> str:
     return naming.patch_name(ws.store, query, stored=stored)
 
 
-@cli.command()
+@click.command()
 @click.argument("target", required=False, type=PATCH)
 @click.option("-a", "--all", "all_", is_flag=True, help="Push the whole series.")
 @click.option("-n", "count", type=click.IntRange(min=1), help="Push this many patches.")
@@ -130,7 +130,7 @@ def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force
     return result.to_json(), push_report(result), code
 
 
-@cli.command()
+@click.command()
 @click.argument("target", required=False, type=PATCH)
 @click.option("-a", "--all", "all_", is_flag=True, help="Pop every applied patch.")
 @click.option("-n", "count", type=click.IntRange(min=1), help="Pop this many patches.")
@@ -146,7 +146,7 @@ def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force:
     return result.to_json(), text, ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name", type=PATCH)
 @click.option("-f", "--force", is_flag=True)
 @boundary("goto")
@@ -159,7 +159,7 @@ def goto(ws: Workspace, name: str, force: bool) -> Result:
     return result.to_json(), f"now at {name}", ExitCode.OK  # type: ignore[attr-defined]
 
 
-@cli.command()
+@click.command()
 @click.option("-f", "--force", is_flag=True, help="Overwrite a patch file edited by hand since it was pushed.")
 @boundary("refresh")
 def refresh(ws: Workspace, force: bool) -> Result:
@@ -179,7 +179,7 @@ def _stack_names(ws: Workspace) -> tuple[list[str], list[str]]:
     return series.names, applied
 
 
-@cli.command()
+@click.command()
 @boundary("top", lock=False)
 def top(ws: Workspace) -> Result:
     """The top applied patch."""
@@ -189,7 +189,7 @@ def top(ws: Workspace) -> Result:
     return {"top": applied[-1]}, applied[-1], ExitCode.OK
 
 
-@cli.command(name="next")
+@click.command(name="next")
 @boundary("next", lock=False)
 def next_(ws: Workspace) -> Result:
     """The patch the next push would apply."""
@@ -199,7 +199,7 @@ def next_(ws: Workspace) -> Result:
     return {"next": names[len(applied)]}, names[len(applied)], ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @boundary("prev", lock=False)
 def prev(ws: Workspace) -> Result:
     """The patch below the top."""
@@ -209,7 +209,7 @@ def prev(ws: Workspace) -> Result:
     return {"prev": applied[-2]}, applied[-2], ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.option("-v", "verbose", is_flag=True, help="Mark applied (+) and top (=) patches.")
 @boundary("series", lock=False)
 def series(ws: Workspace, verbose: bool) -> Result:
@@ -222,7 +222,7 @@ def series(ws: Workspace, verbose: bool) -> Result:
     return {"series": names, "applied": applied}, "\n".join(lines), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @boundary("applied", lock=False)
 def applied(ws: Workspace) -> Result:
     """The applied patches, bottom first."""
@@ -230,7 +230,7 @@ def applied(ws: Workspace) -> Result:
     return {"applied": names}, "\n".join(names), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @boundary("unapplied", lock=False)
 def unapplied(ws: Workspace) -> Result:
     """The patches not applied yet."""
@@ -239,7 +239,7 @@ def unapplied(ws: Workspace) -> Result:
     return {"unapplied": rest}, "\n".join(rest), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name")
 @click.option("--id", "patch_id", help="The patch id (default: the name up to its first '-').")
 @click.option("--title", help="The title (default: from the name).")
@@ -250,7 +250,7 @@ def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Re
     return result.to_json(), f"created {name} ({result.detail}); edit work/ and run 'gqueue refresh'", ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name", required=False, type=PATCH)
 @boundary("diff", lock=False)
 def diff(ws: Workspace, name: str | None) -> Result:
@@ -268,7 +268,7 @@ def diff(ws: Workspace, name: str | None) -> Result:
     return {"name": name, "diff": text}, text.rstrip("\n"), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name", required=False, type=PATCH)
 @boundary("files", lock=False)
 def files(ws: Workspace, name: str | None) -> Result:
@@ -288,7 +288,7 @@ def files(ws: Workspace, name: str | None) -> Result:
     return {"name": name, "files": paths}, "\n".join(paths), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name", required=False, type=PATCH)
 @click.option("--edit", is_flag=True, help="Edit the header in $EDITOR (the diff is untouched).")
 @boundary("header")
@@ -344,7 +344,7 @@ def _edit_text(text: str, ws: Workspace) -> str:
     return edited
 
 
-@cli.command()
+@click.command()
 @click.argument("name", type=PATCH)
 @click.option("--keep", is_flag=True, help="Keep the file in queue/ (only the series entry goes).")
 @boundary("delete")
@@ -355,7 +355,7 @@ def delete(ws: Workspace, name: str, keep: bool) -> Result:
     return result.to_json(), f"{name}: {result.detail}", ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("old", type=PATCH)
 @click.argument("new_name", metavar="NEW")
 @boundary("rename")
@@ -366,7 +366,7 @@ def rename(ws: Workspace, old: str, new_name: str) -> Result:
     return result.to_json(), f"renamed {old} to {new_name}", ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name", type=PATCH)
 @click.option("--before", "before", metavar="OTHER", type=PATCH, help="Put NAME right above OTHER in the series.")
 @click.option("--after", "after", metavar="OTHER", type=PATCH, help="Put NAME right below OTHER.")
@@ -394,7 +394,7 @@ def move(ws: Workspace, name: str, before: str | None, after: str | None, first:
     return result.to_json(), "\n".join(lines), ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @click.argument("name", type=PATCH)
 @boundary("fold")
 def fold(ws: Workspace, name: str) -> Result:
@@ -404,7 +404,7 @@ def fold(ws: Workspace, name: str) -> Result:
     return result.to_json(), f"folded {name} {result.detail}", ExitCode.OK
 
 
-@cli.command()
+@click.command()
 @boundary("repair")
 def repair(ws: Workspace) -> Result:
     """Bring the stack back to a consistent state and say what was done."""
@@ -432,7 +432,7 @@ def _stack_readable(ws: Workspace) -> bool:
     return True
 
 
-@cli.command()
+@click.command()
 @boundary("status", lock=False)
 def status(ws: Workspace) -> Result:
     """Where the stack stands: pin, applied patches, unrefreshed changes."""

@@ -23,7 +23,7 @@ from typing import Callable
 from ..errors import GqueueError, IntegrityError, UsageError
 from ..model.patch import PatchFile, format_patch
 from ..model.pin import Pin
-from ..registry import render_registry
+from ..model.registry import render_registry
 from ..upstream import cache
 from ..upstream.resolve import wheel_path
 from .selection import COMPILED, OTHER, SHIPPED, Selection, from_series, from_stack, kind_of

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from ..fsutil import atomic_write
 from ..model.patch import PatchFile
-from ..registry import render_registry
+from ..model.registry import render_registry
 from ..store import Store
 
 CATALOGUE = "docs/PATCHES_AUTO.md"

@@ -14,12 +14,11 @@ from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new
 from ..model.pin import format_pin_line, parse_pins, pin_from_spec
 from ..model.series import Series
 from ..store import PIN, QUEUE, SERIES, Store
-from ..vcs.git import CommitSpec
 from ..vcs.worktree import write_edits
 from .engine import TreeView, apply_patch, touched_paths
-from .stackops import (PENDING, commit_author, commit_message, first_failure_in_order, pop, push, refresh,
-                       require_clean, require_refreshed, require_top_unedited)
-from .transaction import move, queue_edit
+from .stackops import (first_failure_in_order, pop, push, push_empty, refresh, require_clean, require_refreshed,
+                       require_top_unedited)
+from .transaction import queue_edit
 from .workspace import Stack, Workspace
 
 SERIES_HEADER = "# gqueue series: one patch a line, applied top to bottom (quilt format).\n"
@@ -105,32 +104,11 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     patch = new_patch(name, fields, b"")
     position = len(stack.applied)
     after = series.insert(position, name)
-    with queue_edit(ws, "new", series, after, create=(name,)):  # until the stack is on it: see finish_new
+    with queue_edit(ws, "new", series, after, create=(name,)):  # until the stack is on it: see recovery.finish_new
         ws.store.write_patch(patch)
         ws.store.write_series(after)
-        _apply_new(ws, stack, patch)
+        push_empty(ws, stack, patch)
     return NameResult(name, "created", f"after {stack.top.name}" if stack.top else "at the bottom")
-
-
-def _apply_new(ws: Workspace, stack: Stack, patch: PatchFile) -> None:
-    """Put the new (empty) patch's commit on top of the stack."""
-    commits = ws.repo.write_commits(stack.head, [CommitSpec(commit_message(patch), {}, commit_author(patch))], PENDING)
-    move(ws, stack.head, commits[-1], op="new")
-    ws.repo.delete_ref(PENDING)
-
-
-def finish_new(ws: Workspace, names: list[str]) -> list[str]:
-    """A new killed after it wrote the series, before the stack moved onto the patch: apply it,
-    so that the next refresh goes into the new patch and not into the one below."""
-    series = ws.store.read_series()
-    stack = ws.stack()
-    done = []
-    for name in names:
-        if name in series and name not in stack.names and series.index(name) == len(stack.applied) \
-                and ws.store.patch_path(name).exists():
-            _apply_new(ws, stack, ws.store.read_patch(name))
-            done.append(f"applied {name}, the new top")
-    return done
 
 
 def id_owners(store: Store, series: Series, *, besides: str | None = None) -> dict[str, str]:

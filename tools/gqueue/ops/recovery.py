@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -11,8 +12,55 @@ from dataclasses import dataclass, field
 
 from ..errors import StateError
 from ..vcs.git import BRANCH, GitError
-from .transaction import recover_queue_edit, save_local_changes
+from .stackops import push_empty
+from .transaction import QUEUE_EDIT, save_local_changes, series_digest, trash
 from .workspace import Workspace, trailer_value
+
+
+def recover_queue_edit(ws: Workspace) -> list[str]:
+    """Finish or undo a multi-file queue edit that a killed process left half-done."""
+    path = ws.state_dir / QUEUE_EDIT
+    try:
+        entry = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except ValueError:
+        path.unlink(missing_ok=True)
+        return ["dropped an unreadable queue-edit journal"]
+    op = entry.get("op", "edit")
+    series = ws.store.series_path.read_bytes() if ws.store.series_path.exists() else b""
+    listed = set(ws.store.read_series().names) if series else set()
+    actions: list[str] = []
+    if series_digest(series) == entry.get("series_after"):
+        gone = [n for n in entry.get("delete", []) if n not in listed and ws.store.patch_path(n).exists()]
+        for name in gone:
+            trash(ws, name)
+        actions.append(f"finished an interrupted {op}" + (f" (moved {', '.join(gone)} to .gqueue/deleted/)" if gone else ""))
+        if op == "new" and ws.read_journal() is None and ws.repo.exists():  # a pending move finishes it otherwise
+            actions += finish_new(ws, entry.get("create", []))
+    elif series_digest(series) == entry.get("series_before"):
+        made = [n for n in entry.get("create", []) if n not in listed and ws.store.patch_path(n).exists()]
+        for name in made:
+            trash(ws, name)
+        actions.append(f"undid an interrupted {op}" + (f" (moved {', '.join(made)} to .gqueue/deleted/)" if made else ""))
+    else:
+        actions.append(f"dropped the journal of an interrupted {op}: the series changed since")
+    path.unlink(missing_ok=True)
+    return actions
+
+
+def finish_new(ws: Workspace, names: list[str]) -> list[str]:
+    """A new killed after it wrote the series, before the stack moved onto the patch: apply it,
+    so that the next refresh goes into the new patch and not into the one below."""
+    series = ws.store.read_series()
+    stack = ws.stack()
+    done = []
+    for name in names:
+        if name in series and name not in stack.names and series.index(name) == len(stack.applied) \
+                and ws.store.patch_path(name).exists():
+            push_empty(ws, stack, ws.store.read_patch(name))
+            done.append(f"applied {name}, the new top")
+    return done
 
 
 def _worktree_matches(ws: Workspace, commit: str, paths: list[str]) -> bool:

@@ -291,6 +291,13 @@ def _write_rejects(ws: Workspace, outcome: PatchResult | None) -> None:
         target.write_bytes(b"".join(text))
 
 
+def push_empty(ws: Workspace, stack: Stack, patch: PatchFile) -> None:
+    """Put a new (empty) patch's commit on top of the stack (``new``, and recovery of a killed one)."""
+    commits = ws.repo.write_commits(stack.head, [CommitSpec(commit_message(patch), {}, commit_author(patch))], PENDING)
+    move(ws, stack.head, commits[-1], op="new")
+    ws.repo.delete_ref(PENDING)
+
+
 def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False) -> MoveResult:
     stack = ws.stack()
     if not stack.applied:

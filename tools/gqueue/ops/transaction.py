@@ -57,12 +57,12 @@ def save_local_changes(ws: Workspace, reason: str) -> Path | None:
 # One file is replaced atomically; several are not. An operation that creates or deletes patch
 # files and rewrites the series records what it means to do first; the series write is the
 # commit point. Files it creates are written before the series, files it deletes go after.
-# If it dies, recovery looks at the series: still the old one -> the created files are moved
-# to .gqueue/deleted/ (rolled back); already the new one -> the files to delete are moved
-# there (rolled forward). Nothing is ever unlinked, so no patch text can be lost.
+# If it dies, recovery (recovery.recover_queue_edit) looks at the series: still the old one ->
+# the created files are moved to .gqueue/deleted/ (rolled back); already the new one -> the
+# files to delete are moved there (rolled forward). Nothing is ever unlinked, so no patch text can be lost.
 
 
-def _sha(data: bytes) -> str:
+def series_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -72,8 +72,8 @@ def queue_edit(ws: Workspace, op: str, before: Series, after: Series, *,
     """Journal a multi-file edit of the queue; see above. The journal goes when the block ends."""
     entry = {
         "op": op,
-        "series_before": _sha(before.text().encode("utf-8")),
-        "series_after": _sha(after.text().encode("utf-8")),
+        "series_before": series_digest(before.text().encode("utf-8")),
+        "series_after": series_digest(after.text().encode("utf-8")),
         "create": list(create),
         "delete": list(delete),
     }
@@ -90,37 +90,3 @@ def trash(ws: Workspace, name: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(source, target)
     return target
-
-
-def recover_queue_edit(ws: Workspace) -> list[str]:
-    """Finish or undo a multi-file queue edit that a killed process left half-done."""
-    path = ws.state_dir / QUEUE_EDIT
-    try:
-        entry = json.loads(path.read_text())
-    except FileNotFoundError:
-        return []
-    except ValueError:
-        path.unlink(missing_ok=True)
-        return ["dropped an unreadable queue-edit journal"]
-    op = entry.get("op", "edit")
-    series = ws.store.series_path.read_bytes() if ws.store.series_path.exists() else b""
-    listed = set(ws.store.read_series().names) if series else set()
-    actions: list[str] = []
-    if _sha(series) == entry.get("series_after"):
-        gone = [n for n in entry.get("delete", []) if n not in listed and ws.store.patch_path(n).exists()]
-        for name in gone:
-            trash(ws, name)
-        actions.append(f"finished an interrupted {op}" + (f" (moved {', '.join(gone)} to .gqueue/deleted/)" if gone else ""))
-        if op == "new" and ws.read_journal() is None and ws.repo.exists():  # a pending move finishes it otherwise
-            from .queueops import finish_new  # queueops imports this module
-
-            actions += finish_new(ws, entry.get("create", []))
-    elif _sha(series) == entry.get("series_before"):
-        made = [n for n in entry.get("create", []) if n not in listed and ws.store.patch_path(n).exists()]
-        for name in made:
-            trash(ws, name)
-        actions.append(f"undid an interrupted {op}" + (f" (moved {', '.join(made)} to .gqueue/deleted/)" if made else ""))
-    else:
-        actions.append(f"dropped the journal of an interrupted {op}: the series changed since")
-    path.unlink(missing_ok=True)
-    return actions

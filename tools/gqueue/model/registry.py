@@ -1,11 +1,14 @@
-"""The switch registry the runtime package reads: derived from the patch headers."""
+"""The switch registry the runtime package reads: derived from the patch headers.
+
+``gqueue docs`` writes it (ops/catalogue.py), ``gqueue build`` puts it in the wheel (ops/build.py).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Iterable
 
-from .model.patch import PatchFile
+from .patch import PatchFile
 
 SCHEMA = "vllm_genesis.registry/1"
 
@@ -30,17 +33,3 @@ def build_registry(patches: Iterable[PatchFile]) -> dict[str, object]:
 def render_registry(patches: Iterable[PatchFile]) -> str:
     return json.dumps(build_registry(patches), indent=2, sort_keys=False) + "\n"
 
-
-def main() -> None:  # pragma: no cover - developer convenience
-    """Regenerate the registry and the catalogue from the series ('gqueue docs' does the same)."""
-    from pathlib import Path
-
-    from .ops.catalogue import write
-    from .store import Store
-
-    result = write(Store.find(Path.cwd()))
-    print(result.to_json())
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
