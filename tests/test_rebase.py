@@ -170,6 +170,18 @@ def test_rebase_stops_at_fuzz_and_abort(tmp_path: Path) -> None:
     assert snapshot(q) == before
 
 
+def test_stop_at_fuzz_commits_no_fuzzed_hunk(tmp_path: Path) -> None:
+    """A hunk that would land only with fuzz is the hand's to place: the stopped patch's commit
+    leaves it out and the work tree shows it once, as a conflict, not also where fuzz put it."""
+    q = build_queue(tmp_path, ["A1-clean.patch", "D1-fuzz.patch"])
+    q.run("push", "--all")
+    assert q.run("rebase", "--pin", "next", check=False).returncode == 3
+    git = lambda *a: subprocess.run(["git", *a], cwd=q.work, capture_output=True, text=True, check=True).stdout  # noqa: E731
+    assert "y + 44" not in git("show", "HEAD:vllm/fuzzy.py")
+    text = (q.work / "vllm/fuzzy.py").read_text()
+    assert text.count("y + 44") == 1 and "<<<<<<< " in text and ">>>>>>> D1-fuzz.patch" in text
+
+
 def test_skip_blocks_the_patches_that_require_it(tmp_path: Path) -> None:
     q = build_queue(tmp_path, ["A1-clean.patch", "E1-conflict.patch", "L1-requires.patch"])
     q.run("push", "--all")

@@ -68,8 +68,12 @@ class SeriesRun:
     """One target pin: feed it the series' patches in order with :meth:`run`."""
 
     def __init__(self, repo: WorkRepo, old_commit: str, new_commit: str, *, accept: frozenset[str],
-                 max_fuzz: int = 2, drift: bool = True) -> None:
+                 max_fuzz: int = 2, drift: bool = True, land_fuzz: bool = True) -> None:
+        """``land_fuzz``: a hunk that applies only with fuzz goes into the new tree (what ``patch``
+        would do, for the patches after it: check), or stays out of it (rebase: where it goes is
+        for a hand to say, so neither the stopped patch's commit nor the later patches see it)."""
         self.repo = repo
+        self.land_fuzz = land_fuzz
         self.same = old_commit == new_commit
         self.with_drift = drift
         self.old = TreeView(repo, old_commit)
@@ -274,7 +278,8 @@ class SeriesRun:
                     out = fuzzy.hunks[0]
                     detail = f"patch would apply it with fuzz {out.fuzz} at line {out.line}"
                     reports.append(self._hunk(fd, i, h, d.FUZZ, line=out.line, offset=out.offset, fuzz=out.fuzz, detail=detail))
-                    new_cur, new_delta = fuzzy.new, new_delta + growth
+                    if self.land_fuzz:
+                        new_cur, new_delta = fuzzy.new, new_delta + growth
                     failed.append(h)
                     continue
             reports.append(self._conflict(patch, fd, i, h, path, new_cur, start))

@@ -334,7 +334,7 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
     originals = _originals(ws)
     todo = [n for n in state["todo"] if n not in state["done"] and n in entries]
     patches = [(entries[n], read_patch_quick(ws, entries[n])) for n in todo]
-    run = SeriesRun(ws.repo, state["old_base"], head, accept=d.DEFAULT_ACCEPT, drift=False)
+    run = SeriesRun(ws.repo, state["old_base"], head, accept=d.DEFAULT_ACCEPT, drift=False, land_fuzz=False)
     run.prefetch(touched_paths(patches))
     for name in state["done"]:  # the old side must have every earlier patch, as it was
         saved = originals.get(f"queue/{name}")
