@@ -1,4 +1,5 @@
-"""The package's import graph: no cycles, and the lower layers never import the upper ones.
+"""The package's import graph: no cycles, and the lower layers never import the upper ones
+(and every dependency pyproject.toml declares is imported somewhere).
 
 The graph is read from the source with ``ast``, not by importing it, and every ``import`` and
 ``from ... import`` statement counts wherever it stands: at module level, inside a function
@@ -286,3 +287,39 @@ def test_a_git_process_is_seen(source: str) -> None:
 ])
 def test_process_and_git_library_imports_are_seen(source: str, used: set[str]) -> None:
     assert process_uses(ast.parse(source)) == (used, [])
+
+
+# declared dependencies ----------------------------------------------------------------------------
+
+def _declared_dependencies() -> list[str]:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with open(PACKAGE.parents[1] / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    return [Requirement(spec).name for spec in project["dependencies"]]
+
+
+def test_every_declared_dependency_is_imported() -> None:
+    """A dependency in pyproject.toml is imported by some module of the package (GitPython as
+    ``git``: the import names come from the installed distributions' metadata)."""
+    from importlib.metadata import packages_distributions
+
+    from packaging.utils import canonicalize_name
+
+    provides: dict[str, set[str]] = {}
+    for top, dists in packages_distributions().items():
+        for dist in dists:
+            provides.setdefault(canonicalize_name(dist), set()).add(top)
+    imported: set[str] = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                imported.add(node.module.split(".")[0])
+    declared = _declared_dependencies()
+    assert declared, "no dependencies read from pyproject.toml"
+    unused = [name for name in declared if not provides.get(canonicalize_name(name), set()) & imported]
+    assert not unused, f"declared in pyproject.toml, imported by no module of gqueue: {unused}"
