@@ -50,3 +50,23 @@ import phases  # noqa: E402
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.is_registered(phases):
         config.pluginmanager.register(phases, "gqueue-phases")
+    if not hasattr(config, "workerinput"):
+        _bytecode_cache(config)
+
+
+def _bytecode_cache(config: pytest.Config) -> None:
+    """The Python processes the tests start (thousands of gqueue command lines, vLLM imports in
+    the patch tests) keep their compiled modules in one folder of this run's own, so each source
+    file is compiled once a run instead of once a process (an environment with
+    PYTHONDONTWRITEBYTECODE recompiled the whole tool for every command). The folder is new each
+    run, so a compiled file never outlives the run that wrote it, and no __pycache__ lands in the
+    repository, the work tree or a tree a test builds a wheel from. xdist's workers inherit it."""
+    import shutil
+    import tempfile
+
+    if "PYTHONPYCACHEPREFIX" in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="gqueue-test-pyc-")
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
