@@ -298,6 +298,25 @@ def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> 
     assert "<<<<<<< " in text and "    y = x * 77\n" in text
 
 
+def test_stop_report_names_only_the_renamed_hunks_that_fail(tmp_path: Path) -> None:
+    """The stop's report lists the hunks that need a hand: a renamed file's hunk that failed at
+    its new place says where it went and how it fared there; one that landed there is not listed."""
+    from test_drift import edit, new_files
+
+    new = new_files()
+    new["vllm/moved/new_name.py"] = new["vllm/moved/new_name.py"].replace("    y = x * 3\n", "    y = x * 3 + 1\n")
+    q = two_pins(tmp_path, new)
+    second = edit("vllm/old_name.py", "    y = x * 7\n", "    y = x * 77\n").split("\n", 3)[3]
+    q.write_patch("J2-renamed.patch", edit("vllm/old_name.py", "    y = x * 3\n", "    y = x * 33\n") + second)
+    q.set_series("J2-renamed.patch")
+    q.run("checkout")
+    q.run("push", "--all")
+    out = q.run("rebase", "--pin", "next", check=False).stdout
+    listed = [line.strip() for line in out.splitlines() if " hunk #" in line]
+    assert listed == ["vllm/old_name.py hunk #1: renamed to vllm/moved/new_name.py, conflict there"
+                      " (closest match line 14)"], out
+
+
 def test_stop_of_a_p0_patch_leaves_its_rejects(tmp_path: Path) -> None:
     q = _pushed_p0_patch(tmp_path, "I2-p0.patch", "vllm/gone.py", "    return str(x) * 2\n", "    return repr(x) * 2\n")
     doc = json.loads(q.run("rebase", "--pin", "next", "--json", check=False).stdout)

@@ -77,12 +77,17 @@ class RebaseResult:
         if self.stopped and self.report is not None:
             lines.append("")
             lines.append(f"{self.stopped}: {self.report.status}")
+            landed = d.LANDED - {d.FUZZ}
             for h in self.report.hunks:
-                if h.status not in (d.CLEAN, d.OFFSET, d.MERGED3, d.UPSTREAM):
-                    where = f" (closest match line {h.closest.line})" if h.closest else ""
-                    if h.relocation:
-                        where += f"; now in {h.relocation.file}:{h.relocation.line}?"
-                    lines.append(f"  {h.file} hunk #{h.hunk}: {h.status}{where}")
+                if h.status in landed or (h.status == d.RENAMED and h.applies_there in landed):
+                    continue  # in the stopped patch's commit already: nothing for the hand there
+                status = h.status
+                if h.status == d.RENAMED:
+                    status = f"renamed to {h.renamed_to}, {h.applies_there} there"
+                where = f" (closest match line {h.closest.line})" if h.closest else ""
+                if h.relocation:
+                    where += f"; now in {h.relocation.file}:{h.relocation.line}?"
+                lines.append(f"  {h.file} hunk #{h.hunk}: {status}{where}")
             if self.conflict_files:
                 lines.append("conflicts left in work/: " + ", ".join(self.conflict_files))
             lines.append("fix them in work/, run 'gqueue refresh', then 'gqueue rebase --continue'")
