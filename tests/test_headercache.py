@@ -98,3 +98,26 @@ def test_an_odd_entry_is_parsed_again(tmp_path: Path) -> None:
         path.write_text(json.dumps({key: odd}))
         assert HeaderCache(path).load(load_mapping, text, path="queue/p", first_line=2) == load_mapping(
             text, path="queue/p", first_line=2)
+
+
+def test_a_patch_gqueue_writes_is_read_back_without_parsing_its_header(tmp_path: Path, monkeypatch) -> None:
+    """import, refresh and header edits write patch files whose headers they have just parsed:
+    the next command reads them from the cache (a fresh import of 300 mails cost push ~40 ms)."""
+    import gqueue.model.patch as patch_module
+    from gqueue.model.patch import new_patch
+
+    q = make_queue(tmp_path)
+    util = BASE_FILES["vllm/util.py"]
+    body = unified("vllm/util.py", util, util.replace("+ 3\n", "+ 4\n")).encode()
+    one = new_patch("A1-x.patch", {"id": "A1", "title": "x", "headers": {"Date": "Fri, 17 Nov 2023"}}, body)
+    two = new_patch("A2-y.patch", {"id": "A2", "title": "y", "requires": ["A1"]}, body)
+    writer = Store(q.root)
+    writer.write_patch(one)
+    writer.write_patches([two])
+    writer.headers.save()
+    loader = Counting()
+    monkeypatch.setattr(patch_module, "load_mapping", loader)
+    reader = Store(q.root)
+    assert reader.read_patch("A1-x.patch") == one
+    assert reader.read_patch("A2-y.patch") == two
+    assert loader.calls == 0

@@ -44,7 +44,7 @@ class HeaderCache:
 
     def load(self, load_mapping: Loader, text: str, *, path: str, first_line: int) -> tuple[dict[str, Any], dict[str, int]]:
         """``load_mapping(text, ...)``'s answer, from the cache when this exact text was seen."""
-        key = f"{LOADER_VERSION}:{first_line}:" + hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+        key = self._key(text, first_line)
         entries = self._read()
         cached = entries.get(key)
         if cached is not None:
@@ -55,14 +55,28 @@ class HeaderCache:
             except (ValueError, TypeError, RecursionError):  # not JSON, not a pair, nested past the limit
                 pass
         data, lines = load_mapping(text, path=path, first_line=first_line)
+        self._keep(key, data, lines)
+        return data, lines
+
+    def remember(self, text: str, data: dict[str, Any], lines: dict[str, int], *, first_line: int) -> None:
+        """Keep what a loader made of ``text`` (a header just written, parsed by its writer),
+        so that the next command that reads it does not parse it again."""
+        self._read()
+        self._keep(self._key(text, first_line), data, lines)
+
+    @staticmethod
+    def _key(text: str, first_line: int) -> str:
+        return f"{LOADER_VERSION}:{first_line}:" + hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def _keep(self, key: str, data: dict[str, Any], lines: dict[str, int]) -> None:
         try:
             encoded = json.dumps([data, lines], ensure_ascii=False)
         except (TypeError, ValueError):  # a date, say
-            return data, lines
+            return
         if json.loads(encoded) == [data, lines]:  # nothing JSON would turn into something else
-            entries[key] = encoded
+            assert self._entries is not None
+            self._entries[key] = encoded
             self._added = True
-        return data, lines
 
     def save(self) -> None:
         if not self._added or self._entries is None:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FormatError, StateError, UsageError
-from .fsutil import atomic_delete, atomic_write
+from .fsutil import atomic_delete, atomic_write, atomic_write_many
 from .headercache import HeaderCache
-from .model.patch import PatchFile, format_patch, parse_patch
+from .model.patch import PatchFile, format_patch, header_text, parse_patch
 from .model.pin import PinFile, parse_pins
 from .model.series import Series, parse_series
 
@@ -115,6 +115,20 @@ class Store:
 
     def write_patch(self, patch: PatchFile) -> None:
         atomic_write(self.patch_path(patch.name), format_patch(patch))
+        self.remember_header(patch)
+
+    def write_patches(self, patches: list[PatchFile]) -> None:
+        """``write_patch`` of each, their syncs batched (fsutil.atomic_write_many)."""
+        atomic_write_many((self.patch_path(p.name), format_patch(p)) for p in patches)
+        for patch in patches:
+            self.remember_header(patch)
+
+    def remember_header(self, patch: PatchFile) -> None:
+        """Put a patch's parsed header (every PatchFile is made by parsing its header) in the
+        header cache, so that the next read of the file just written does not parse it again."""
+        if patch.header:
+            text = header_text(patch.header, path=f"{QUEUE}/{patch.name}")
+            self.headers.remember(text, patch.meta.raw, patch.meta.key_lines, first_line=2)
 
     def delete_patch(self, name: str) -> None:
         atomic_delete(self.patch_path(name))

@@ -200,8 +200,8 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
         if strip != 1:
             series = _with_strip(series, patch.name, strip)
     with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _s, _k, _src in prepared)):
+        ws.store.write_patches([patch for patch, _strip, _kind, _source in prepared])
         for patch, _strip, kind, source in prepared:
-            ws.store.write_patch(patch)
             result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind, "source": source})
         ws.store.write_series(series)
     return result

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StateError, UsageError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, atomic_write_many
 from ..vcs.git import BRANCH
 from .transaction import move, save_local_changes, trash
 from .workspace import Workspace, trailer_value
@@ -143,6 +143,7 @@ class _Store:
         self._scan(os.path.join(root, "queue"), "queue", found)
         index = self.index()
         out: dict[str, str] = {}
+        new: dict[str, bytes] = {}  # texts not yet in the store, written together
         for rel, st in found:
             key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
             row = index.get(rel)
@@ -150,10 +151,14 @@ class _Store:
                 out[rel] = row[4]
                 continue
             with open(os.path.join(root, rel), "rb") as handle:
-                sha = self.keep(handle.read())
+                data = handle.read()
+            sha = _sha(data)
+            if sha not in new and not (self.objects / sha).is_file():
+                new[sha] = data
             index[rel] = [*key, sha]
             self._index_changed = True
             out[rel] = sha
+        atomic_write_many((self.objects / sha, data) for sha, data in new.items())
         for gone in set(index) - set(out):
             del index[gone]
             self._index_changed = True
