@@ -309,3 +309,16 @@ def test_names_of_an_entry_without_file_lines_that_cannot_be_split_are_refused()
     with pytest.raises(FormatError, match="cannot tell the two file names apart") as err:
         parse_diff(b"\n" + b"diff --git x y\nold mode 100644\nnew mode 100755\n", strip=0, path="queue/X.patch")
     assert err.value.line == 2
+
+
+def test_a_header_value_ending_in_blank_lines_does_not_end_the_header() -> None:
+    """YAML keeps such a value with a document end ('...') after it; written in the middle of a
+    header, that line closed the header there and the keys after it became diff text."""
+    from gqueue.model.patch import new_patch
+
+    body = b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+    fields = {"id": "P1", "title": "t", "notes": "kept\n\n", "author": "A U Thor <a@example.org>"}
+    patch = new_patch("P1-t.patch", fields, body)
+    assert patch.body == body
+    assert {k: patch.meta.raw[k] for k in fields} == fields
+    assert parse_patch(format_patch(patch), name="P1-t.patch") == patch

@@ -136,7 +136,8 @@ def _block_dumper() -> type:
         flow = all(not isinstance(v, (dict, list)) for v in value)
         return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
 
-    dumper = type("BlockDumper", (yaml.SafeDumper,), {})
+    # a value met twice is written twice, never as an anchor and alias (which headers refuse)
+    dumper = type("BlockDumper", (yaml.SafeDumper,), {"ignore_aliases": lambda self, data: True})
     dumper.add_representer(str, str_representer)
     dumper.add_representer(list, list_representer)
     return dumper
@@ -152,8 +153,16 @@ def render_field(key: str, value: Any) -> str:
 
 
 def render_header(fields: dict[str, Any]) -> bytes:
-    ordered = [k for k in CANONICAL_ORDER if k in fields] + [k for k in fields if k not in SCHEMA]
-    text = "".join(render_field(k, fields[k]) for k in ordered)
+    """The header of ``fields`` in the canonical key order: what ``render_field`` makes of each
+    key, joined, written by one dump (a dump of each key costs PyYAML's set-up each time)."""
+    import yaml
+
+    ordered = {k: fields[k] for k in CANONICAL_ORDER if k in fields}
+    ordered.update((k, v) for k, v in fields.items() if k not in SCHEMA)
+    text = yaml.dump(ordered, Dumper=_block_dumper(), sort_keys=False, allow_unicode=True, width=100,
+                     default_flow_style=False) if ordered else ""
+    if text.endswith("\n...\n"):  # the dump's own document end (after a value kept with its blank lines)
+        text = text[: -len("...\n")]
     return HEADER_START + text.encode("utf-8") + HEADER_END
 
 
