@@ -54,7 +54,8 @@ def _ntfs_dotgitmodules(component: str) -> bool:
 def _hfs_is(component: str, name: str) -> bool:
     """Whether HFS+ reads ``component`` as ``.name``: the same letters in any case once the code
     points it ignores are left out."""
-    kept = "".join(c for c in component if ord(c) not in _HFS_IGNORED)
+    # every code point HFS+ ignores is outside ASCII: an ASCII name (nearly all) is kept whole
+    kept = component if component.isascii() else "".join(c for c in component if ord(c) not in _HFS_IGNORED)
     return kept.isascii() and kept.translate(_ASCII_LOWER) == "." + name
 
 
