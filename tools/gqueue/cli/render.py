@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..model.status import EXACT, Status
 from ..ops.engine import PatchResult
 from ..ops.stackops import PushResult
 
@@ -14,9 +15,9 @@ def hunk_summary(result: PatchResult) -> str:
             continue
         marks = []
         for h in f.hunks:
-            if h.status == "clean":
+            if h.status == Status.CLEAN:
                 marks.append("ok")
-            elif h.status == "offset":
+            elif h.status == Status.OFFSET:
                 marks.append(f"{h.offset:+d}")
             else:
                 marks.append(h.status.upper())
@@ -28,13 +29,13 @@ def failing_hunks(result: PatchResult) -> list[str]:
     """Every hunk (or whole file) of ``result`` that did not apply, one 'file: where' each."""
     out = []
     for f in result.files:
-        if f.status in ("clean", "offset"):
+        if f.status in EXACT:
             continue
-        bad = [h for h in f.hunks if h.status not in ("clean", "offset")]
+        bad = [h for h in f.hunks if h.status not in EXACT]
         if not bad:
             out.append(f"{f.path} [{f.status}]")
         for h in bad:
-            what = "needs fuzz " + str(h.fuzz) if h.status == "fuzz" else h.status
+            what = f"needs fuzz {h.fuzz}" if h.status == Status.FUZZ else h.status
             out.append(f"{f.path}: hunk #{h.index + 1} of {len(f.hunks)}, expected near line {h.line} [{what}]")
     return out
 
@@ -48,7 +49,7 @@ def ways_forward(result: PatchResult, *, forced: bool) -> list[str]:
     lines = ["  ways forward:",
              "    gqueue push -f           apply what applies, leave .rej files in work/; edit, then 'gqueue refresh'",
              f"    edit queue/{name}   fix the hunks by hand, then push again"]
-    if any(h.status == "fuzz" for f in result.files for h in f.hunks):
+    if any(h.status == Status.FUZZ for f in result.files for h in f.hunks):
         lines.append("    gqueue push --fuzz N     accept hunks that need up to N lines of fuzz")
     lines.append("    gqueue check --pin SPEC  the drift of every hunk against a pin (what changed upstream)")
     return lines
@@ -60,7 +61,7 @@ def push_report(result: PushResult) -> str:
     lines = []
     for r in result.pushed:
         hunks = sum(len(f.hunks) for f in r.files)
-        offset = sum(1 for f in r.files for h in f.hunks if h.status == "offset")
+        offset = sum(1 for f in r.files for h in f.hunks if h.status == Status.OFFSET)
         tag = "applied" if not offset else f"applied ({offset} hunk(s) at an offset)"
         lines.append(f"{tag:<34} {r.name}  [{len(r.files)} file(s), {hunks} hunk(s)]")
         if offset:

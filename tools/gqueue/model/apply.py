@@ -13,17 +13,13 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .diff import FileDiff, Hunk, byte_lines
-
-CLEAN = "clean"
-OFFSET = "offset"
-FUZZ = "fuzz"
-FAILED = "failed"
+from .status import EXACT, Status
 
 
 @dataclass(frozen=True)
 class HunkOutcome:
     index: int
-    status: str
+    status: Status  # clean, offset, fuzz or failed
     offset: int = 0
     fuzz: int = 0
     line: int = 0  # 1-based line in the old file where it landed (or was expected)
@@ -40,7 +36,7 @@ class FileOutcome:
 
     @property
     def ok(self) -> bool:
-        return all(h.status in (CLEAN, OFFSET) for h in self.hunks)
+        return all(h.status in EXACT for h in self.hunks)
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -138,10 +134,10 @@ def apply_hunks(old: bytes, diff: FileDiff, *, max_fuzz: int = 0, partial: bool 
                     break
         if pos is None:
             failed = True
-            outcomes.append(HunkOutcome(index, FAILED, 0, 0, max(expected, 0) + 1))
+            outcomes.append(HunkOutcome(index, Status.FAILED, 0, 0, max(expected, 0) + 1))
             continue
         offset = pos - head - (expected - shift)  # against the line the hunk header names
-        status = FUZZ if used_fuzz else (OFFSET if offset else CLEAN)
+        status = Status.FUZZ if used_fuzz else (Status.OFFSET if offset else Status.CLEAN)
         outcomes.append(HunkOutcome(index, status, offset, used_fuzz, pos + 1))
         out.extend(lines[cursor:pos])
         consumed = sum(1 for tag, _ in body if tag in (b" ", b"-"))

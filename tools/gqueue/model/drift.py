@@ -11,19 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .status import Status
+
 SCHEMA = "gqueue.check/1"
 
-CLEAN = "clean"
-OFFSET = "offset"
-FUZZ = "fuzz"
-MERGED3 = "merged3"
-WHITESPACE = "whitespace"
-CONFLICT = "conflict"
-UPSTREAM = "upstream"
-PARTIAL_UPSTREAM = "partial-upstream"
-FILE_MISSING = "file-missing"
-RENAMED = "renamed"
-BLOCKED = "blocked"
+# check's statuses, by the names the drift code uses (members of the one Status enum)
+CLEAN, OFFSET, FUZZ, MERGED3, WHITESPACE = Status.CLEAN, Status.OFFSET, Status.FUZZ, Status.MERGED3, Status.WHITESPACE
+CONFLICT, UPSTREAM, PARTIAL_UPSTREAM = Status.CONFLICT, Status.UPSTREAM, Status.PARTIAL_UPSTREAM
+FILE_MISSING, RENAMED, BLOCKED = Status.FILE_MISSING, Status.RENAMED, Status.BLOCKED
 
 STATUSES = (CLEAN, OFFSET, WHITESPACE, MERGED3, UPSTREAM, PARTIAL_UPSTREAM, FUZZ, RENAMED, FILE_MISSING, CONFLICT, BLOCKED)
 # How bad a hunk status is; a patch takes its worst hunk's (upstream is special, see patch_status).

@@ -7,14 +7,13 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..errors import FormatError, UnsafePatchError
-from ..model.apply import CLEAN, FAILED, FileOutcome, HunkOutcome, apply_hunks
+from ..model.apply import FileOutcome, HunkOutcome, apply_hunks
 from ..model.diff import FileDiff, parse_diff
 from ..model.patch import PatchFile
 from ..model.paths import path_problem
+from ..model.status import EXACT, PUSH_ORDER, Status
 from ..vcs.git import Entry, WorkRepo
 
-FILE_MISSING = "file-missing"
-FILE_EXISTS = "file-exists"
 REGULAR_MODES = ("100644", "100755")
 
 
@@ -79,7 +78,7 @@ class TreeView:
 @dataclass(frozen=True)
 class FileResult:
     path: str
-    status: str  # clean | offset | fuzz | failed | file-missing | file-exists
+    status: Status  # clean | offset | fuzz | failed | file-missing | file-exists
     hunks: tuple[HunkOutcome, ...] = ()
     line: int = 0  # line of the file header in the patch file
 
@@ -96,21 +95,16 @@ class PatchResult:
 
     @property
     def ok(self) -> bool:
-        return all(f.status in ("clean", "offset") for f in self.files)
+        return all(f.status in EXACT for f in self.files)
 
     @property
-    def status(self) -> str:
-        order = ["clean", "offset", "fuzz", FILE_EXISTS, FILE_MISSING, FAILED]
-        worst = "clean"
-        for f in self.files:
-            if order.index(f.status) > order.index(worst):
-                worst = f.status
-        return worst
+    def status(self) -> Status:
+        return max((f.status for f in self.files), key=PUSH_ORDER.index, default=Status.CLEAN)
 
     def first_failure(self) -> tuple[FileResult, HunkOutcome | None] | None:
         for f in self.files:
-            if f.status not in ("clean", "offset"):
-                bad = next((h for h in f.hunks if h.status not in ("clean", "offset")), None)
+            if f.status not in EXACT:
+                bad = next((h for h in f.hunks if h.status not in EXACT), None)
                 return f, bad
         return None
 
@@ -170,26 +164,26 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
         current = pending[fd.path] if fd.path in pending else view.get(fd.path)
         if fd.is_new:
             if current is not None:
-                result.files.append(FileResult(fd.path, FILE_EXISTS, (), fd.line))
+                result.files.append(FileResult(fd.path, Status.FILE_EXISTS, (), fd.line))
                 continue
             refuse_kind_clash(view, pending, fd, where)
             outcome = apply_hunks(b"", fd, max_fuzz=0)
             pending[fd.path] = (fd.new_mode or "100644", outcome.new or b"")
-            result.files.append(FileResult(fd.path, CLEAN, outcome.hunks, fd.line))
+            result.files.append(FileResult(fd.path, Status.CLEAN, outcome.hunks, fd.line))
             continue
         if current is None:
-            result.files.append(FileResult(fd.path, FILE_MISSING, (), fd.line))
+            result.files.append(FileResult(fd.path, Status.FILE_MISSING, (), fd.line))
             continue
         mode, data = current
         outcome: FileOutcome = apply_hunks(data, fd, max_fuzz=max_fuzz)
         if outcome.new is None:
-            result.files.append(FileResult(fd.path, FAILED, outcome.hunks, fd.line))
+            result.files.append(FileResult(fd.path, Status.FAILED, outcome.hunks, fd.line))
             continue
         statuses = [h.status for h in outcome.hunks]
-        status = "fuzz" if "fuzz" in statuses else ("offset" if "offset" in statuses else CLEAN)
+        status = max(statuses, key=PUSH_ORDER.index, default=Status.CLEAN)  # clean, offset or fuzz here
         if fd.is_delete:
             if outcome.new.strip():
-                result.files.append(FileResult(fd.path, FAILED, outcome.hunks, fd.line))
+                result.files.append(FileResult(fd.path, Status.FAILED, outcome.hunks, fd.line))
                 continue
             pending[fd.path] = None
         else:

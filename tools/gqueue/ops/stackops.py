@@ -14,6 +14,7 @@ from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
 from ..model.diff import FileDiff, parse_diff
+from ..model.status import EXACT, Status
 from .engine import REGULAR_MODES, FileResult, PatchResult, TreeView, apply_patch, file_diffs, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
@@ -138,7 +139,7 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         patch = loaded[entry.name]
         ws.reporter.progress(f"applying {entry.name}")
         outcome = apply_patch(view, patch, strip=entry.strip, max_fuzz=fuzz)
-        if not outcome.ok and not (fuzz and outcome.status == "fuzz"):
+        if not outcome.ok and not (fuzz and outcome.status == Status.FUZZ):
             result.failed = outcome
             if force:
                 _force_apply(ws, view, patch, entry.strip, outcome, specs, result)
@@ -193,7 +194,7 @@ def _rewrite_moved(ws: Workspace, base: str, commits: list[str], specs: list[Com
     diffs, and the commits written again with those diffs' digests (the same trees)."""
     changed = False
     for i, outcome in enumerate(result.pushed):
-        if outcome.status == "clean":
+        if outcome.status == Status.CLEAN:
             continue
         patch = with_body(patches[i], ws.repo.diff(commits[i - 1] if i else base, commits[i], strip=strips[i]))
         if format_patch(patch) == format_patch(patches[i]):
@@ -277,7 +278,7 @@ def _write_rejects(ws: Workspace, outcome: PatchResult | None) -> None:
 
     diffs = {fd.path: fd for fd in file_diffs(patch)}
     for f in outcome.files:
-        failed = [h for h in f.hunks if h.status not in ("clean", "offset")]
+        failed = [h for h in f.hunks if h.status not in EXACT]
         fd = diffs.get(f.path)
         if not failed or fd is None:
             continue
