@@ -457,3 +457,16 @@ def test_reindented_upstream_is_whitespace_and_rebase_lands_it(tmp_path: Path) -
     assert (q.work / "vllm/clean.py").read_text() == nested.replace(
         "        y = x * 3\n", "        y = x * 3\n        y = abs(y)\n")
     assert "+        y = abs(y)\n" in (q.root / "queue/A5-indent.patch").read_text()
+
+
+def test_relocation_is_looked_for_under_the_files_own_top_folder(tmp_path: Path) -> None:
+    """Where a conflicting hunk's text went is looked for among the files of its own top folder
+    (vllm/ for a vllm/ file): a test or benchmark that quotes the old code is no new home for it."""
+    new = new_files()
+    new["tests/test_engine.py"] = OLD["vllm/engine_a.py"]  # a verbatim copy of the old code, in tests/
+    q = two_pins(tmp_path, new)
+    q.write_patch("F2-relocated.patch", edit("vllm/engine_a.py", "    y = x * 6\n", "    y = x * 66\n"))
+    q.set_series("F2-relocated.patch")
+    doc = json.loads(q.run("check", "--pin", "next", "--json", check=False).stdout)
+    hunk = doc["pins"][0]["patches"][0]["hunks"][0]
+    assert hunk["status"] == "conflict" and hunk["relocation"]["file"] == "vllm/engine_b.py", hunk

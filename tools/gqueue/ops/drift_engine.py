@@ -360,12 +360,16 @@ class SeriesRun:
             self._blobs[path] = data[sha]
 
     def relocate(self, path: str, want: list[bytes]) -> d.Match | None:
-        """Another file of the new pin where the hunk's expected text now lives."""
+        """Another file of the new pin where the hunk's expected text now lives: one of the same
+        kind (suffix) under the same top folder (code moves within vllm/; a test or benchmark that
+        quotes the old code is not where it went)."""
         probes = d.distinctive_lines(want)
         if not probes:
             return None
         suffix = path.rsplit(".", 1)[-1] if "." in path else ""
-        pool = [p for p in self.changed_paths() if p != path and (not suffix or p.endswith("." + suffix))]
+        top = path.split("/", 1)[0] + "/" if "/" in path else ""
+        pool = [p for p in self.changed_paths() if p != path and p.startswith(top)
+                and (not suffix or p.endswith("." + suffix))]
         self._load([p for p in pool if p not in self._blobs])
         best: d.Match | None = None
         for other in pool:
