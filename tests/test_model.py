@@ -322,3 +322,26 @@ def test_a_header_value_ending_in_blank_lines_does_not_end_the_header() -> None:
     assert patch.body == body
     assert {k: patch.meta.raw[k] for k in fields} == fields
     assert parse_patch(format_patch(patch), name="P1-t.patch") == patch
+
+
+def test_headers_are_written_as_the_python_emitter_writes_them() -> None:
+    """render_header takes libyaml's faster text only where it has no double-quoted scalar;
+    whichever emitter writes it, the text is PyYAML's Python emitter's, key by key."""
+    import random
+
+    from gqueue.model.patch import CANONICAL_ORDER, HEADER_END, HEADER_START, render_field, render_header
+
+    rng = random.Random(7)
+    alphabet = list("abcdefghij klmnop,.:-_/<>@#'\"\n\t") + ["é", "中", "😀", "\u00a0", "\x85", "\x07", "\ufeff"]
+    odd = ["", " lead", "trail ", "tab\tin", "x\n\n", "line\n", "multi\nline", "emoji 😀", "q'uote", 'd"quote',
+           "yes", "null", "1.0", "- dash", "# hash", "a: b", "w " * 80, "x" * 150, "tail \nspace"]
+    samples = [{"id": "P1", "title": v, "description": v + "\n", "headers": {"Date": v}, "requires": [v, "P0"]}
+               for v in odd]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.choice([3, 20, 120])))
+        samples.append({"id": "P2", "title": text, "description": text, "credit": [text], "upstream": {"url": text}})
+    samples += [parse_patch(path.read_bytes(), name=path.name).meta.raw for path in sorted((REPO / "queue").glob("*.patch"))]
+    for fields in samples:
+        keys = [k for k in CANONICAL_ORDER if k in fields] + [k for k in fields if k not in CANONICAL_ORDER]
+        expected = "".join(render_field(k, fields[k]) for k in keys).replace("\n...\n", "\n")
+        assert render_header(fields) == HEADER_START + expected.encode("utf-8") + HEADER_END, fields
