@@ -248,3 +248,19 @@ def test_a_killed_undo_is_finished_by_the_next_command(tmp_path: Path) -> None:
         if applied == []:
             assert state[:3] == start[:3] and log["pos"] == 0
     assert done is not None and done > 2
+
+
+def test_a_copy_the_log_lost_is_made_again_before_the_next_command(tmp_path: Path) -> None:
+    """The log's copies of what a command wrote are not synced (the files are): one lost to a
+    power cut is copied again, from the unchanged file, before the next command replaces it."""
+    q = _queue(tmp_path)
+    original = (q.root / "queue" / "A-a.patch").read_bytes()
+    q.run("delete", "C-c.patch")  # a recorded command: the log copies every queue file it sees
+    objects = q.root / ".gqueue" / "undo" / "objects"
+    import hashlib
+
+    (objects / hashlib.sha256(original).hexdigest()).unlink()  # as a power cut may leave it
+    q.run("delete", "A-a.patch")
+    assert not (q.root / "queue" / "A-a.patch").exists()
+    q.run("undo")
+    assert (q.root / "queue" / "A-a.patch").read_bytes() == original

@@ -129,8 +129,15 @@ class _Store:
             atomic_write(self.dir / "index.json", json.dumps(self.index(), sort_keys=True).encode())
             self._index_changed = False
 
-    def tracked(self) -> dict[str, str]:
-        """sha256 of every tracked file now, hashing only those whose stat data changed."""
+    def tracked(self, *, sync: bool = True) -> dict[str, str]:
+        """sha256 of every tracked file now, hashing only those whose stat data changed; the
+        texts the store lacks are copied into it.
+
+        ``sync=False`` (after a command): the copies are not synced, since they are of files
+        the command itself wrote, synced (a push after an import of 300 mails would otherwise
+        sync 300 copies as well). With ``sync`` (before a command, which may replace the
+        files) a copy that a power cut took is made again, synced: the file's stat data still
+        match the index, so it is the text the copy was made of."""
         root = str(self.ws.store.root)
         found: list[tuple[str, os.stat_result]] = []
         for rel in ("series", NEEDS_REFRESH):
@@ -147,7 +154,7 @@ class _Store:
         for rel, st in found:
             key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
             row = index.get(rel)
-            if row is not None and row[:4] == key:
+            if row is not None and row[:4] == key and (not sync or _has_copy(self.objects / row[4], st.st_size)):
                 out[rel] = row[4]
                 continue
             with open(os.path.join(root, rel), "rb") as handle:
@@ -158,7 +165,7 @@ class _Store:
             index[rel] = [*key, sha]
             self._index_changed = True
             out[rel] = sha
-        atomic_write_many((self.objects / sha, data) for sha, data in new.items())
+        atomic_write_many(((self.objects / sha, data) for sha, data in new.items()), sync=sync)
         for gone in set(index) - set(out):
             del index[gone]
             self._index_changed = True
@@ -177,6 +184,14 @@ class _Store:
                 self._scan(entry.path, f"{rel}/{entry.name}", found)
             elif entry.is_file():
                 found.append((f"{rel}/{entry.name}", entry.stat()))
+
+
+def _has_copy(path: Path, size: int) -> bool:
+    """The store holds a copy of that size (a copy not synced may have been lost, or left short)."""
+    try:
+        return os.stat(path).st_size == size
+    except OSError:
+        return False
 
 
 def _head(ws: Workspace) -> str | None:
@@ -224,7 +239,7 @@ def begin(ws: Workspace, op: str) -> Mark | None:
 def record(ws: Workspace, mark: Mark) -> bool:
     """After the command: append what it changed to the log (a new operation ends what could be redone)."""
     store = mark.store
-    after = store.tracked()
+    after = store.tracked(sync=False)
     head = _head(ws)
     changed = sorted(p for p in set(mark.files) | set(after) if mark.files.get(p) != after.get(p))
     if not changed and head == mark.head:
