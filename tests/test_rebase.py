@@ -393,3 +393,32 @@ def test_p0_entry_stays_p0_through_rebase_and_refresh(tmp_path: Path) -> None:
     q.run("pop", "--all")
     q.run("push", "--all")  # still applies with -p0
     assert "x * 56" in target.read_text()
+
+
+def test_keep_old_leaves_the_old_pin_checked_under_its_label(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch", "M1-drift.patch"])
+    q.run("push", "--all")
+    old_line = (q.root / "vendor-pin.txt").read_text().splitlines()[0]
+    assert old_line.startswith("pin ")
+    assert q.run("rebase", "--pin", "next", "--keep-old", "pin", check=False).returncode == 2
+    assert q.run("rebase", "--continue", "--keep-old", "rollback", check=False).returncode == 2
+    assert not (q.root / ".gqueue/rebase").exists()
+    doc = json.loads(q.run("rebase", "--pin", "next", "--keep-old", "rollback", "--json").stdout)
+    assert doc["result"]["done"]
+    lines = (q.root / "vendor-pin.txt").read_text().splitlines()
+    assert lines[0].startswith("pin ") and "vllm-0.2.0.tar.gz" in lines[0]
+    assert lines[1] == "rollback " + old_line[len("pin "):]
+    assert not any(x.startswith("next ") for x in lines)
+    checked = json.loads(q.run("check", "--json").stdout)
+    assert [(p["label"], p["version"]) for p in checked["pins"]] == [("pin", "0.2.0"), ("rollback", "0.1.0")]
+
+
+def test_keep_old_refuses_a_label_another_line_holds(tmp_path: Path) -> None:
+    q = build_queue(tmp_path, ["A1-clean.patch"])
+    with (q.root / "vendor-pin.txt").open("a") as handle:
+        handle.write((q.root / "vendor-pin.txt").read_text().splitlines()[0].replace("pin ", "stable ", 1) + "\n")
+    q.run("push", "--all")
+    before = (q.root / "vendor-pin.txt").read_bytes()
+    proc = q.run("rebase", "--pin", "next", "--keep-old", "stable", check=False)
+    assert proc.returncode == 2 and "already has that label" in proc.stderr
+    assert (q.root / "vendor-pin.txt").read_bytes() == before and not (q.root / ".gqueue/rebase").exists()

@@ -235,13 +235,19 @@ def render_github(report: d.CheckReport, queue_dir: Path) -> list[str]:
 @click.option("--retire", is_flag=True, help="The new pin already fixes what the stopped patch fixed: retire it "
                                              "(merged upstream in the series and its header) and go on.")
 @click.option("--abort", is_flag=True, help="Put back the old pin, series, queue and work tree exactly.")
+@click.option("--keep-old", "keep_old", metavar="LABEL",
+              help="With --pin: when the rebase completes, keep the old pin in vendor-pin.txt under LABEL "
+                   "(such as rollback), so check goes on checking the queue there.")
 @boundary("rebase")
-def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, retire: bool, abort: bool) -> Result:
+def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, retire: bool, abort: bool,
+           keep_old: str | None) -> Result:
     """Move the stack to a new pin with three-way merges, refreshing every patch that lands."""
     chosen = [name for name, on in (("--pin", pin_spec is not None), ("--continue", continue_),
                                     ("--skip", skip), ("--retire", retire), ("--abort", abort)) if on]
     if len(chosen) != 1:
         raise UsageError("give exactly one of --pin SPEC, --continue, --skip, --retire, --abort")
+    if keep_old is not None and pin_spec is None:
+        raise UsageError("--keep-old goes with --pin (it is decided when the rebase starts)")
     if abort:
         result = rebase_op.abort(ws)
     elif continue_:
@@ -252,6 +258,6 @@ def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, ret
         result = rebase_op.resume(ws, retire=True)
     else:
         assert pin_spec is not None
-        result = rebase_op.start(ws, pin_spec)
+        result = rebase_op.start(ws, pin_spec, keep_old=keep_old)
     code = ExitCode.CONFLICT if result.stopped is not None else ExitCode.OK
     return result.to_json(), result.render(), code

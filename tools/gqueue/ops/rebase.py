@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StateError, UsageError
+from ..errors import GqueueError, StateError, UsageError
 from ..fsutil import atomic_write, fault_point
 from ..model import drift as d
 from ..model.patch import PatchFile, format_patch, parse_patch, with_body, with_fields
@@ -129,7 +129,9 @@ def _tally(state: dict[str, Any]) -> d.Tally:
 # --- start / continue / skip / abort ----------------------------------------------------------
 
 
-def start(ws: Workspace, spec: str) -> RebaseResult:
+def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseResult:
+    """``keep_old``: a label under which the old pin stays in vendor-pin.txt when the rebase
+    completes (its line as it was, hashes included), so the queue is still checked on it."""
     if in_progress(ws):
         raise StateError("a rebase is already in progress", hint="'gqueue rebase --continue', '--skip' or '--abort'")
     ws.require_work()
@@ -145,16 +147,34 @@ def start(ws: Workspace, spec: str) -> RebaseResult:
     new_base = pin_commit(ws, new_pin)
     _require_readable(ws, series.names)
     main_line = format_pin_line(Pin("pin", new_pin.source, new_pin.project, new_pin.version, new_pin.url, new_pin.options))
+    keep_line = _keep_line(ws, old_pin, new_pin, keep_old) if keep_old is not None else ""
     _save_originals(ws, series.names)
     state = {
         "from": old_pin.describe(), "to": new_pin.describe(), "pin_line": main_line, "label": new_pin.label,
         "old_base": ws.base_commit(old_pin), "new_base": new_base, "old_head": stack.head,
         "todo": series.names, "done": [], "stopped": None, "written": [],
-        "tally": d.Tally().to_json(),
+        "tally": d.Tally().to_json(), "keep_line": keep_line,
     }
     _save(ws, state)
     atomic_write(ws.state_dir / OVERRIDE, main_line.encode())
     return _proceed(ws, state, head=new_base)
+
+
+def _keep_line(ws: Workspace, old_pin: Pin, new_pin: Pin, label: str) -> str:
+    """The old pin's vendor-pin.txt line under ``label``; refused (nothing changed) when the
+    label is not one a pin line may have, is ``pin``, or is another line's that stays."""
+    if label == "pin":
+        raise UsageError("--keep-old pin: 'pin' names the new release; give the old one another label (such as rollback)")
+    try:  # the label rule of vendor-pin.txt itself
+        parse_pins(f"pin {old_pin.source}\n{label} {old_pin.source}\n", path="--keep-old")
+    except GqueueError:
+        raise UsageError(f"--keep-old {label!r}: not a pin label (lower-case letters, digits, '-' and '_')") from None
+    for pin in ws.store.read_pins().pins:
+        dropped = (pin.project, pin.version, pin.url) == (new_pin.project, new_pin.version, new_pin.url)
+        if pin.label == label and not dropped:
+            raise UsageError(f"--keep-old {label}: vendor-pin.txt line {pin.line} already has that label",
+                             hint="give another label, or remove that line first")
+    return format_pin_line(Pin(label, old_pin.source, old_pin.project, old_pin.version, old_pin.url, old_pin.options))
 
 
 def resume(ws: Workspace, *, skip: bool = False, retire: bool = False) -> RebaseResult:
@@ -426,7 +446,7 @@ def _complete(ws: Workspace, state: dict[str, Any]) -> None:
     lines = list(pins.lines)
     for pin in pins.pins:
         if pin.label == "pin":
-            lines[pin.line - 1] = state["pin_line"]
+            lines[pin.line - 1] = state["pin_line"] + state.get("keep_line", "")
         elif (pin.project, pin.version, pin.url) == (new_main.project, new_main.version, new_main.url):
             lines[pin.line - 1] = ""
     atomic_write(ws.store.pin_path, "".join(lines).encode())
