@@ -9,6 +9,7 @@ REPO = Path(__file__).resolve().parents[2]
 SECTIONS = [
     ("stack", "Stack: import, push, refresh, pop (issue: foundation)", "tools/bench/stack.py"),
     ("drift", "Drift: check and rebase across pins", "tools/bench/drift.py"),
+    ("drift-real", "Drift on an imported (format-patch) series", "tools/bench/drift.py --kind real"),
     ("build", "Build: overlay wheel", "tools/bench/build.py"),
     ("bisect", "Bisect", "tools/bench/bisect_run.py"),
     ("kernels", "Kernels: TurboQuant decode and verify on an H200", "tools/bench/kernels.py"),
