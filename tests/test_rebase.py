@@ -280,7 +280,9 @@ def _pushed_p0_patch(tmp_path: Path, name: str, path: str, old: str, new: str) -
     return q
 
 
-def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> None:
+def _renamed_file_stack(tmp_path: Path):
+    """A pushed patch of two hunks on a file the next pin renames, where its first hunk's
+    context changed: rebasing to 'next' stops at the renamed file."""
     from test_drift import edit, new_files
 
     new = new_files()
@@ -291,6 +293,11 @@ def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> 
     q.set_series("J2-renamed.patch")
     q.run("checkout")
     q.run("push", "--all")
+    return q
+
+
+def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> None:
+    q = _renamed_file_stack(tmp_path)
     doc = json.loads(q.run("rebase", "--pin", "next", "--json", check=False).stdout)
     assert doc["result"]["conflict_files"] == ["vllm/moved/new_name.py"]
     assert not list(q.work.rglob("*.rej"))
@@ -301,16 +308,7 @@ def test_stop_at_a_renamed_file_leaves_only_its_failing_hunk(tmp_path: Path) -> 
 def test_stop_report_names_only_the_renamed_hunks_that_fail(tmp_path: Path) -> None:
     """The stop's report lists the hunks that need a hand: a renamed file's hunk that failed at
     its new place says where it went and how it fared there; one that landed there is not listed."""
-    from test_drift import edit, new_files
-
-    new = new_files()
-    new["vllm/moved/new_name.py"] = new["vllm/moved/new_name.py"].replace("    y = x * 3\n", "    y = x * 3 + 1\n")
-    q = two_pins(tmp_path, new)
-    second = edit("vllm/old_name.py", "    y = x * 7\n", "    y = x * 77\n").split("\n", 3)[3]
-    q.write_patch("J2-renamed.patch", edit("vllm/old_name.py", "    y = x * 3\n", "    y = x * 33\n") + second)
-    q.set_series("J2-renamed.patch")
-    q.run("checkout")
-    q.run("push", "--all")
+    q = _renamed_file_stack(tmp_path)
     out = q.run("rebase", "--pin", "next", check=False).stdout
     listed = [line.strip() for line in out.splitlines() if " hunk #" in line]
     assert listed == ["vllm/old_name.py hunk #1: renamed to vllm/moved/new_name.py, conflict there"
