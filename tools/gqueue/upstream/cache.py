@@ -114,14 +114,14 @@ def fetch(url: str, sha256: str, filename: str, *, where: str, meter: MeterFacto
 
     ``where`` names the file and line that promised the hash, for the error message;
     ``meter`` is told the bytes as they come; ``size``: the size the index gives, the most
-    bytes taken (else ``max_download()``). The temporaries of killed downloads are removed first.
+    bytes taken (else ``max_download()``). Before a download, the temporaries of killed ones are removed.
     """
-    remove_leftovers()
     target = cache_dir() / "sha256" / sha256[:2] / sha256 / filename
     if target.is_file():
         if sha256_file(target) == sha256:
             return target
         target.unlink()  # a corrupted cache entry is refetched
+    remove_leftovers()  # only on the way to a download: a cached file needs no scan of the cache
     limit = size if size is not None else max_download()
     fd, tmp = _temporary(target.parent)
     digest = hashlib.sha256()
