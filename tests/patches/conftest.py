@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
+from _pins import REPO, TREE
+
 KERNELS = REPO / "kernels"
 
 if not (TREE / "vllm" / "__init__.py").is_file():
