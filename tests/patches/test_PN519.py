@@ -24,9 +24,10 @@ from triton.runtime import interpreter
 loads = []
 _orig = interpreter.InterpreterBuilder.create_masked_load
 
-def _recording_load(self, ptrs, mask, other, cache_policy, is_volatile):
+def _recording_load(self, ptrs, *args, **kwargs):
+    # The primitive's other arguments differ between Triton releases.
     loads.append(np.array(ptrs.data, dtype=np.uint64).ravel())
-    return _orig(self, ptrs, mask, other, cache_policy, is_volatile)
+    return _orig(self, ptrs, *args, **kwargs)
 
 interpreter.InterpreterBuilder.create_masked_load = _recording_load
 
