@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import FormatError, StateError, UsageError
@@ -11,6 +12,7 @@ from .headercache import HeaderCache
 from .model.patch import PatchFile, format_patch, header_text, parse_patch
 from .model.pin import PinFile, parse_pins
 from .model.series import Series, parse_series
+from .model.variants import VARIANTS, Candidate, Resolution, resolve, variant_file
 
 SERIES = "series"
 QUEUE = "queue"
@@ -100,6 +102,35 @@ class Store:
             raise FormatError(f"{QUEUE}/{name} is a directory", path=SERIES, line=line) from None
         return parse_patch(data, name=name, path=f"{QUEUE}/{name}", cache=self.headers)
 
+    def variant_files(self, name: str) -> list[str]:
+        """The variants of entry ``name`` (paths under queue/: ``variants/<dir>/NAME``), sorted."""
+        root = self.queue_dir / VARIANTS
+        try:
+            folders = sorted(os.listdir(root))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [variant_file(f, name) for f in folders if not f.startswith(".") and (root / f / name).is_file()]
+
+    def read_file(self, file: str, name: str) -> PatchFile:
+        """The patch file ``queue/<file>`` read as series entry ``name`` (a variant keeps its path)."""
+        data = self.patch_path(file).read_bytes()
+        patch = parse_patch(data, name=name, path=f"{QUEUE}/{file}", cache=self.headers)
+        return patch if file == name else replace(patch, file=file)
+
+    def resolve(self, name: str, version: str, *, line: int | None = None) -> tuple[Resolution, PatchFile | None]:
+        """The file entry ``name`` uses on release ``version`` (model/variants.py) and that file
+        read, or None where the patch is not carried on it."""
+        variants = self.variant_files(name)
+        if not variants:
+            patch = self.read_patch(name, line=line)
+            found = replace(resolve(name, version, [candidate(patch)]), patch_id=patch.meta.id)
+            return found, patch if found.carried else None
+        files = ([name] if self.patch_path(name).is_file() else []) + variants
+        patches = {f: self.read_file(f, name) for f in files}
+        found = resolve(name, version, [candidate(patches[f]) for f in files])
+        found = replace(found, patch_id=patches[files[0]].meta.id)
+        return found, patches[found.file] if found.file is not None else None
+
     def read_all(self) -> tuple[Series, list[PatchFile]]:
         series = self.read_series()
         patches = [self.read_patch(e.name, line=e.line) for e in series.entries]
@@ -114,12 +145,12 @@ class Store:
         atomic_write(self.pin_path, pins.text().encode("utf-8"))
 
     def write_patch(self, patch: PatchFile) -> None:
-        atomic_write(self.patch_path(patch.name), format_patch(patch))
+        atomic_write(self.patch_path(patch.stored_as), format_patch(patch))
         self.remember_header(patch)
 
     def write_patches(self, patches: list[PatchFile]) -> None:
         """``write_patch`` of each, their syncs batched (fsutil.atomic_write_many)."""
-        atomic_write_many((self.patch_path(p.name), format_patch(p)) for p in patches)
+        atomic_write_many((self.patch_path(p.stored_as), format_patch(p)) for p in patches)
         for patch in patches:
             self.remember_header(patch)
 
@@ -127,8 +158,13 @@ class Store:
         """Put a patch's parsed header (every PatchFile is made by parsing its header) in the
         header cache, so that the next read of the file just written does not parse it again."""
         if patch.header:
-            text = header_text(patch.header, path=f"{QUEUE}/{patch.name}")
+            text = header_text(patch.header, path=f"{QUEUE}/{patch.stored_as}")
             self.headers.remember(text, patch.meta.raw, patch.meta.key_lines, first_line=2)
 
     def delete_patch(self, name: str) -> None:
         atomic_delete(self.patch_path(name))
+
+
+def candidate(patch: PatchFile) -> Candidate:
+    """What resolution needs of a patch file's header."""
+    return Candidate(patch.stored_as, patch.meta.vllm_spec, patch.meta.get("retired"), patch.meta.line_of("applies_to"))

@@ -261,3 +261,27 @@ def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, ret
         result = rebase_op.start(ws, pin_spec, keep_old=keep_old)
     code = ExitCode.CONFLICT if result.stopped is not None else ExitCode.OK
     return result.to_json(), result.render(), code
+
+
+# --- export-tree ------------------------------------------------------------------------------
+
+
+@click.command(name="export-tree")
+@click.option("--pin", "pin_spec", metavar="SPEC", default="pin", show_default=True,
+              help="The pin whose tree to write: a label, version or source in vendor-pin.txt, or a new source.")
+@click.option("--fuzz", type=click.IntRange(0, 3), default=0, help="Accept hunks that need up to N lines of fuzz.")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@boundary("export-tree")
+def export_tree(ws: Workspace, pin_spec: str, fuzz: int, dest: Path) -> Result:
+    """Write the pin's tree with its resolved series applied to DEST (a new folder); work/ is untouched."""
+    from ..ops import export_tree as export_op
+    from .render import push_report
+
+    result = export_op.export_tree(ws, pin_spec, dest, fuzz=fuzz)
+    lines = [push_report(result.report, advice=False)] if result.report.pushed or result.report.not_carried or result.report.failed else []
+    if result.ok:
+        lines.append(f"wrote {result.pin.describe()} with {len(result.report.pushed)} patch(es) to {dest} "
+                     f"({result.files} files, {result.seconds:.2f}s)")
+    else:
+        lines.append(f"nothing written: {result.report.failed.name} does not apply on {result.pin.describe()}")  # type: ignore[union-attr]
+    return result.to_json(), "\n".join(lines), ExitCode.OK if result.ok else ExitCode.CONFLICT

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..model.status import EXACT, Status
 from ..ops.engine import PatchResult
-from ..ops.stackops import PushResult
+from ..errors import one_line
+from ..ops.stackops import NotCarried, PushResult
 
 
 def hunk_summary(result: PatchResult) -> str:
@@ -55,25 +56,33 @@ def ways_forward(result: PatchResult, *, forced: bool) -> list[str]:
     return lines
 
 
-def push_report(result: PushResult) -> str:
-    if not result.pushed and result.failed is None:
+def push_report(result: PushResult, *, advice: bool = True) -> str:
+    if not result.pushed and result.failed is None and not result.not_carried:
         return "nothing to push: the whole series is applied" + (f" (top {result.top})" if result.top else "")
     lines = []
-    for r in result.pushed:
+    skipped = list(result.not_carried)
+    for i, r in enumerate(result.pushed):
+        while skipped and skipped[0].after <= i:
+            lines.append(_not_carried_line(skipped.pop(0)))
         hunks = sum(len(f.hunks) for f in r.files)
         offset = sum(1 for f in r.files for h in f.hunks if h.status == Status.OFFSET)
         tag = "applied" if not offset else f"applied ({offset} hunk(s) at an offset)"
         lines.append(f"{tag:<34} {r.name}  [{len(r.files)} file(s), {hunks} hunk(s)]")
         if offset:
             lines.append(f"    {hunk_summary(r)}")
+    lines += [_not_carried_line(n) for n in skipped]
     if result.failed is not None:
         verb = "FORCED (rejects left)" if result.forced else "FAILED"
         failing = failing_hunks(result.failed)
         lines.append(f"{verb:<34} {result.failed.name}" + (f": {len(failing)} hunk(s) do not apply" if failing else ""))
         lines += [f"    {where}" for where in failing]
-        lines += ways_forward(result.failed, forced=result.forced)
+        lines += ways_forward(result.failed, forced=result.forced) if advice else []
     for name in result.refreshed:
         lines.append(f"{'refreshed':<34} {name}  (rewritten to where its hunks landed)")
     if result.top:
         lines.append(f"now at {result.top}")
     return "\n".join(lines)
+
+
+def _not_carried_line(skipped: NotCarried) -> str:
+    return f"{'n/a (not carried on this pin)':<34} {skipped.name}  ({one_line(skipped.reason)})"

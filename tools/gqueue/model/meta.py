@@ -47,6 +47,7 @@ SCHEMA: dict[str, tuple[type, ...]] = {
     "applied_upstream": (str,),
     "last_update": (str,),
     "merged_upstream_in": (str,),
+    "retired": (dict,),
     "headers": (dict,),
 }
 REQUIRED = ("id", "title")

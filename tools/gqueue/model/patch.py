@@ -31,6 +31,12 @@ class PatchFile:
     header: bytes
     body: bytes
     meta: PatchMeta
+    file: str = ""  # its path under queue/ when not ``name`` (a variant: variants/<dir>/NAME)
+
+    @property
+    def stored_as(self) -> str:
+        """The file under queue/ this patch was read from (and is written back to)."""
+        return self.file or self.name
 
     @property
     def body_offset_line(self) -> int:
@@ -207,7 +213,7 @@ def with_fields(patch: PatchFile, updates: dict[str, Any]) -> PatchFile:
     """Set top-level keys, touching only their own lines; ``None`` as a value removes a key."""
     if not patch.header:
         fields = {k: v for k, v in updates.items() if v is not None}
-        return new_patch(patch.name, fields, patch.body)
+        return replace(new_patch(patch.name, fields, patch.body), file=patch.file)
     lines = split_lines(patch.header.decode("utf-8"))
     for key, value in updates.items():
         start, end = _key_extent(lines, key)
@@ -217,7 +223,7 @@ def with_fields(patch: PatchFile, updates: dict[str, Any]) -> PatchFile:
         else:
             lines[start:end] = rendered
     header = "".join(lines).encode("utf-8")
-    return parse_patch(header + patch.body, name=patch.name)
+    return replace(parse_patch(header + patch.body, name=patch.name), file=patch.file)
 
 
 def _key_extent(lines: list[str], key: str) -> tuple[int | None, int]:

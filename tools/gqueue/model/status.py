@@ -26,6 +26,7 @@ class Status(str, Enum):
     FAILED = "failed"
     CONFLICT = "conflict"
     BLOCKED = "blocked"
+    NOT_CARRIED = "n/a"  # no file of the patch admits the pin (model/variants.py)
 
     def __str__(self) -> str:
         return self.value

@@ -28,7 +28,8 @@ from ..model.patch import PatchFile
 from ..model.series import Series
 from ..vcs.git import CommitSpec
 from .engine import TreeView, apply_patch
-from .stackops import check_stack_matches, commit_author, commit_message, require_clean, require_refreshed
+from .stackops import (DEFAULT_AUTHOR, check_stack_matches, commit_author, commit_message, not_carried_message,
+                       require_clean, require_refreshed)
 from .transaction import move
 from .workspace import Workspace
 
@@ -153,8 +154,12 @@ def position_commits(ws: Workspace, series: Series, upto: int) -> tuple[list[str
     view = TreeView(ws.repo, stack.head)
     specs: list[CommitSpec] = []
     stopped = None
+    pin = ws.pin()
     for entry in series.entries[len(stack.applied) : upto]:
-        patch = ws.store.read_patch(entry.name, line=entry.line)
+        found, patch = ws.resolve(entry.name, line=entry.line, pin=pin)
+        if patch is None:  # not carried on the pin: its empty commit, as push makes it
+            specs.append(CommitSpec(not_carried_message(found, pin.describe()), {}, DEFAULT_AUTHOR))
+            continue
         ws.reporter.progress(f"preparing {entry.name}")
         outcome = apply_patch(view, patch, strip=entry.strip)
         if not outcome.ok:

@@ -66,7 +66,9 @@ def from_stack(ws: Workspace) -> Selection:
         if old == new:
             continue
         changes[path] = None if new is None else (new.mode, ws.repo.blob(new.sha))
-    patches = tuple(ws.store.read_patch(a.name) for a in stack.applied)
+    pin = ws.pin()
+    resolved = (ws.resolve(a.name, pin=pin)[1] for a in stack.applied)
+    patches = tuple(p for p in resolved if p is not None)  # one not carried on the pin has an empty commit
     return Selection(stack.base, patches, changes, {p: tuple(n) for p, n in touched.items()}, "stack")
 
 
@@ -78,11 +80,14 @@ def from_series(ws: Workspace, names: list[str]) -> Selection:
     view = TreeView(ws.repo, base)
     touched: dict[str, list[str]] = {}
     patches = []
+    pin = ws.pin()
     for name in names:
         if name not in series:
             raise StateError(f"'{name}' is not in the series", path="series")
         entry = series.entries[series.index(name)]
-        patch = ws.store.read_patch(name, line=entry.line)
+        patch = ws.resolve(name, line=entry.line, pin=pin)[1]
+        if patch is None:
+            continue  # not carried on the pin
         result = apply_patch(view, patch, strip=entry.strip)
         if not result.ok:
             failure = result.first_failure()

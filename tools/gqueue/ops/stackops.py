@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ConflictError, FormatError, StateError, UnsafePatchError, UsageError
+from ..errors import ConflictError, FormatError, StateError, UnsafePatchError, UsageError, one_line
 from ..fsutil import atomic_write
 from ..model.meta import author_problem
 from ..model.patch import PatchFile, format_patch, with_body
@@ -15,11 +15,14 @@ from ..model.series import Series, SeriesEntry
 from ..vcs.git import BRANCH, TRAILER, CommitSpec
 from ..model.diff import FileDiff, parse_diff
 from ..model.status import EXACT, Status
+from ..model.variants import Resolution
 from .engine import REGULAR_MODES, FileResult, PatchResult, TreeView, apply_patch, file_diffs, touched_paths
 from .transaction import move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
 
 PENDING = "refs/gqueue/pending"
+NOT_CARRIED_TRAILER = "Gqueue-Not-Carried"
+DEFAULT_AUTHOR = "gqueue <gqueue@localhost>"
 
 
 def diff_digest(patch: PatchFile) -> str:
@@ -38,7 +41,27 @@ def commit_author(patch: PatchFile) -> str:
     author = patch.meta.get("author")
     if isinstance(author, str) and author_problem(author) is None:
         return author
-    return "gqueue <gqueue@localhost>"
+    return DEFAULT_AUTHOR
+
+
+def not_carried_message(found: Resolution, pin: str) -> str:
+    """The message of the empty commit that keeps a patch's place in the stack on a pin where it
+    is not carried (the stack stays one commit per series entry, so pop, goto and bisect count
+    as before)."""
+    return (f"{found.name}: not carried on {pin}\n\n{one_line(found.reason)}\n\n"
+            f"Gqueue-Id: {found.patch_id}\n{NOT_CARRIED_TRAILER}: {one_line(found.reason)}\n{TRAILER}: {found.name}\n")
+
+
+@dataclass(frozen=True)
+class NotCarried:
+    """A series entry push passed over: no file of it admits the pin."""
+
+    name: str
+    reason: str
+    after: int  # how many patches were applied before it in this push (for the report's order)
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "status": str(Status.NOT_CARRIED), "reason": self.reason}
 
 
 @dataclass
@@ -48,10 +71,12 @@ class PushResult:
     forced: bool = False
     top: str | None = None
     refreshed: list[str] = field(default_factory=list)  # push --refresh: patch files rewritten
+    not_carried: list[NotCarried] = field(default_factory=list)  # entries passed over (n/a on the pin)
 
     def to_json(self) -> dict[str, object]:
         return {
             "pushed": [r.to_json() for r in self.pushed],
+            "not_carried": [n.to_json() for n in self.not_carried],
             "failed": self.failed.to_json() if self.failed else None,
             "forced": self.forced,
             "top": self.top,
@@ -96,9 +121,11 @@ def first_failure_in_order(ws: Workspace, base: str,
     """The first of ``entries`` that does not apply when they are applied in order, in memory, on
     commit ``base``: the entry, what it did and its first failing file; None when they all apply."""
     view = TreeView(ws.repo, base)
-    patches = [ws.store.read_patch(e.name, line=e.line) for e in entries]
-    view.prefetch(touched_paths(patches))
-    for entry, patch in zip(entries, patches):
+    pin = ws.pin()
+    resolved = [(e, ws.resolve(e.name, line=e.line, pin=pin)[1]) for e in entries]
+    carried = [(e, p) for e, p in resolved if p is not None]
+    view.prefetch(touched_paths([p for _e, p in carried]))
+    for entry, patch in carried:
         outcome = apply_patch(view, patch, strip=entry.strip)
         failure = outcome.first_failure()
         if failure is not None:
@@ -134,9 +161,19 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         require_clean(ws, "push", status)  # waits for it; a dirty tree is the error to report first
     result = PushResult()
     specs: list[CommitSpec] = []
-    patches: list[PatchFile] = []
+    patches: list[PatchFile | None] = []  # None: an entry not carried on the pin (an empty commit)
+    outcomes: list[PatchResult | None] = []
+    names: list[str] = []
+    pin = ws.pin().describe()
     for entry in pending:
         patch = loaded[entry.name]
+        if isinstance(patch, Resolution):
+            result.not_carried.append(NotCarried(entry.name, patch.reason, len(result.pushed)))
+            specs.append(CommitSpec(not_carried_message(patch, pin), {}, DEFAULT_AUTHOR))
+            patches.append(None)
+            outcomes.append(None)
+            names.append(entry.name)
+            continue
         ws.reporter.progress(f"applying {entry.name}")
         outcome = apply_patch(view, patch, strip=entry.strip, max_fuzz=fuzz)
         if not outcome.ok and not (fuzz and outcome.status == Status.FUZZ):
@@ -147,17 +184,20 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         result.pushed.append(outcome)
         specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
         patches.append(patch)
+        outcomes.append(outcome)
+        names.append(entry.name)
     if specs:
         commits = ws.repo.write_commits(stack.head, specs, PENDING)
         if refresh_moved:
-            commits = _rewrite_moved(ws, stack.head, commits, specs, patches, result, [e.strip for e in pending])
+            commits = _rewrite_moved(ws, stack.head, commits, specs, patches, outcomes, result,
+                                     [e.strip for e in pending])
         final: dict[str, tuple[str, bytes] | None] = {}
         for spec in specs:
             final.update(spec.changes)
         old_modes = {p: view.entries[p].mode for p in final if p in view.entries}
         move(ws, stack.head, commits[-1], op="push", clean=True, changes=final, old_modes=old_modes)
         ws.repo.delete_ref(PENDING)
-        result.top = (result.failed.name if result.forced else patches[-1].name) if patches or result.forced else None
+        result.top = (result.failed.name if result.forced else names[-1]) if names or result.forced else None
     if result.forced:
         _write_rejects(ws, result.failed)
         atomic_write(ws.needs_refresh_path, (result.failed.name + "\n").encode())  # type: ignore[union-attr]
@@ -179,6 +219,7 @@ def push_refreshing(ws: Workspace, *, count: int | None = 1, target: str | None 
     total = PushResult()
     for _ in names:
         step = push(ws, count=1, fuzz=fuzz, series=series, refresh_moved=True)
+        total.not_carried += [NotCarried(n.name, n.reason, len(total.pushed)) for n in step.not_carried]
         total.pushed += step.pushed
         total.refreshed += step.refreshed
         total.top = step.top or total.top
@@ -188,16 +229,17 @@ def push_refreshing(ws: Workspace, *, count: int | None = 1, target: str | None 
     return total
 
 
-def _rewrite_moved(ws: Workspace, base: str, commits: list[str], specs: list[CommitSpec], patches: list[PatchFile],
+def _rewrite_moved(ws: Workspace, base: str, commits: list[str], specs: list[CommitSpec],
+                   patches: list[PatchFile | None], outcomes: list[PatchResult | None],
                    result: PushResult, strips: list[int]) -> list[str]:
     """The patches whose hunks moved rewritten (their files written now) to their commits'
     diffs, and the commits written again with those diffs' digests (the same trees)."""
     changed = False
-    for i, outcome in enumerate(result.pushed):
-        if outcome.status == Status.CLEAN:
+    for i, (old, outcome) in enumerate(zip(patches, outcomes)):
+        if old is None or outcome is None or outcome.status == Status.CLEAN:
             continue
-        patch = with_body(patches[i], ws.repo.diff(commits[i - 1] if i else base, commits[i], strip=strips[i]))
-        if format_patch(patch) == format_patch(patches[i]):
+        patch = with_body(old, ws.repo.diff(commits[i - 1] if i else base, commits[i], strip=strips[i]))
+        if format_patch(patch) == format_patch(old):
             continue
         specs[i] = CommitSpec(commit_message(patch), specs[i].changes, specs[i].author)
         ws.store.write_patch(patch)
@@ -224,25 +266,31 @@ def _select_pending(stack: Stack, series: Series, count: int | None, target: str
 
 
 def _prepare_push(ws: Workspace, stack: Stack, series: Series, count: int | None,
-                  target: str | None) -> tuple[list[SeriesEntry], dict[str, PatchFile], TreeView]:
-    """The entries to push, their patches (read once) and a view of the tree with their files read."""
+                  target: str | None) -> tuple[list[SeriesEntry], dict[str, PatchFile | Resolution], TreeView]:
+    """The entries to push, their patches (read once, each the file that serves the pin, or the
+    resolution that says why none does) and a view of the tree with their files read."""
     pending = _select_pending(stack, series, count, target)
     loaded = _require_unique_ids(ws, series, len(stack.applied) + len(pending))
     view = TreeView(ws.repo, stack.head)
-    view.prefetch(touched_paths(loaded[e.name] for e in pending))
+    view.prefetch(touched_paths(p for e in pending if isinstance(p := loaded[e.name], PatchFile)))
     return pending, loaded, view
 
 
-def _require_unique_ids(ws: Workspace, series: Series, upto: int) -> dict[str, PatchFile]:
+def _require_unique_ids(ws: Workspace, series: Series, upto: int) -> dict[str, PatchFile | Resolution]:
     """Two patches of the stack must not share an id (commits, reports and requires name patches by it).
 
-    Returns the patches it read, by name, so the caller reads each file once.
+    Returns the patches it read, by name, so the caller reads each file once; an entry not
+    carried on the pin is there as its resolution.
     """
     seen: dict[str, str] = {}
-    loaded: dict[str, PatchFile] = {}
+    loaded: dict[str, PatchFile | Resolution] = {}
+    pin = ws.pin()
     for entry in series.entries[:upto]:
-        patch = ws.store.read_patch(entry.name, line=entry.line)
-        loaded[entry.name] = patch
+        found, read = ws.resolve(entry.name, line=entry.line, pin=pin)
+        if read is None:
+            loaded[entry.name] = found
+            continue
+        patch = loaded[entry.name] = read
         first = seen.setdefault(patch.meta.id, entry.name)
         if first != entry.name:
             raise FormatError(
@@ -273,7 +321,7 @@ def _force_apply(ws: Workspace, view: TreeView, patch: PatchFile, strip: int, ou
 def _write_rejects(ws: Workspace, outcome: PatchResult | None) -> None:
     if outcome is None:
         return
-    patch = ws.store.read_patch(outcome.name)
+    patch = ws.read_patch(outcome.name)
     from .engine import file_diffs
 
     diffs = {fd.path: fd for fd in file_diffs(patch)}
@@ -362,7 +410,7 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     top = stack.top
     if top is None:
         raise StateError("no patch is applied: nothing to refresh", hint="'gqueue new NAME' starts a patch")
-    patch = ws.store.read_patch(top.name)
+    patch = ws.read_patch(top.name)  # the file that serves the pin: a variant is written back to itself
     parent = stack.commit_below(len(stack.applied) - 1)
     forced_push = ws.needs_refresh_path.exists()
     series = ws.store.read_series()
@@ -401,10 +449,11 @@ def moved_above(ws: Workspace, entries: tuple[SeriesEntry, ...], old: str, new: 
     land somewhere else (another line, or not at all) on ``new`` than on ``old``: those a
     'push --refresh' would rewrite. Patches that touch none of ``files`` cannot have moved."""
     relevant: list[tuple[SeriesEntry, PatchFile]] = []
+    pin = ws.pin()
     for entry in entries:
         try:
-            patch = ws.store.read_patch(entry.name, line=entry.line)
-            if any(fd.path in files for fd in file_diffs(patch, entry.strip)):
+            patch = ws.resolve(entry.name, line=entry.line, pin=pin)[1]
+            if patch is not None and any(fd.path in files for fd in file_diffs(patch, entry.strip)):
                 relevant.append((entry, patch))
         except (FormatError, UnsafePatchError):
             continue  # push reports what is wrong with it
@@ -439,7 +488,9 @@ def require_top_unedited(ws: Workspace, stack: Stack) -> None:
     top = stack.top
     if top is None or ws.needs_refresh_path.exists():
         return
-    _require_unedited(ws, stack, ws.store.read_patch(top.name), _strip_of(ws.store.read_series(), top.name))
+    patch = ws.resolve(top.name)[1]
+    if patch is not None:  # a patch not carried on the pin has an empty commit and no file to overwrite
+        _require_unedited(ws, stack, patch, _strip_of(ws.store.read_series(), top.name))
 
 
 def _require_unedited(ws: Workspace, stack: Stack, patch: PatchFile, strip: int) -> None:
@@ -480,8 +531,8 @@ def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, 
     touched = set(ws.repo.run("diff", "--name-only", "--no-renames", "-z", parent, commit).decode().split("\0")) - {""}
     if outcome.ok and touched != set(outcome.changes):
         raise StateError(
-            f"queue/{patch.name} was edited after it was pushed; refresh would overwrite that edit",
-            path=f"queue/{patch.name}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
+            f"queue/{patch.stored_as} was edited after it was pushed; refresh would overwrite that edit",
+            path=f"queue/{patch.stored_as}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
         )
     for path, change in outcome.changes.items():
         entry = expected.get(path)
@@ -489,11 +540,11 @@ def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, 
             continue
         if change is None or entry is None or ws.repo.blobs([entry.sha])[entry.sha] != change[1]:
             raise StateError(
-                f"queue/{patch.name} was edited after it was pushed; refresh would overwrite that edit",
-                path=f"queue/{patch.name}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
+                f"queue/{patch.stored_as} was edited after it was pushed; refresh would overwrite that edit",
+                path=f"queue/{patch.stored_as}", hint="pop and push it again to use the edit, or 'gqueue refresh --force'",
             )
     if not outcome.ok:
         raise StateError(
-            f"queue/{patch.name} no longer applies below its own commit (edited by hand?)",
-            path=f"queue/{patch.name}", hint="'gqueue refresh --force' overwrites it with the work tree",
+            f"queue/{patch.stored_as} no longer applies below its own commit (edited by hand?)",
+            path=f"queue/{patch.stored_as}", hint="'gqueue refresh --force' overwrites it with the work tree",
         )

@@ -15,7 +15,9 @@ from typing import Any
 from ..errors import StateError
 from ..fsutil import atomic_write, require_writable
 from ..lock import QueueLock
+from ..model.patch import PatchFile
 from ..model.pin import Pin
+from ..model.variants import Resolution
 from ..store import STATE, Store
 from ..vcs.git import BRANCH, TRAILER, WorkRepo
 from .reporter import Reporter, SilentReporter
@@ -149,6 +151,21 @@ class Workspace:
 
             return parse_pins(override.read_text(encoding="utf-8"), path=".gqueue/rebase-pin").main
         return self.store.read_pins().main
+
+    def resolve(self, name: str, *, line: int | None = None,
+                pin: Pin | None = None) -> tuple[Resolution, PatchFile | None]:
+        """The file series entry ``name`` uses on ``pin`` (default: the stack's), read; None
+        where the patch is not carried there (model/variants.py)."""
+        return self.store.resolve(name, (pin or self.pin()).version, line=line)
+
+    def read_patch(self, name: str, *, line: int | None = None, pin: Pin | None = None) -> PatchFile:
+        """The patch entry ``name`` carries on ``pin`` (default: the stack's); refuses one not carried."""
+        pin = pin or self.pin()
+        found, patch = self.store.resolve(name, pin.version, line=line)
+        if patch is None:
+            raise StateError(f"'{name}' is not carried on {pin.describe()}: {found.reason}", path=f"queue/{name}",
+                             ref="not-carried")
+        return patch
 
     def require_work(self) -> None:
         if not self.repo.exists():

@@ -432,6 +432,14 @@ class WorkRepo:
         if proc.returncode != 0:
             raise _failure("read-tree", b"", proc.returncode)
 
+    def export_files(self, commit: str, dest: Path) -> None:
+        """Write every file of ``commit`` under ``dest`` (a plain folder: no .git, no index of its
+        own), leaving the work tree, its index and HEAD as they are: a throw-away index file."""
+        with tempfile.TemporaryDirectory(prefix="gqueue-export-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self.run("read-tree", commit, env=env)
+            self.run("checkout-index", "--all", "--force", f"--prefix={dest}/", env=env)
+
     def remove_untracked(self) -> None:
         """Delete the files git does not track and does not ignore (ignored ones stay)."""
         self.run("clean", "-f", "-d", "-q", "--", ".")

@@ -1,0 +1,169 @@
+"""A queue carried on two pins: a variant of a patch per release, and patches not carried on one.
+
+The fixture: a synthetic upstream in two releases, 0.1.0 (the rollback pin) and 0.2.0 (the
+main pin), where 0.2.0 renumbered the body of f7 in vllm/util.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gqueue.errors import FormatError
+from gqueue.model.variants import Candidate, admits, resolve, retired_problems
+from synth import BASE_FILES, Queue, make_queue, make_sdist, sha256, unified
+
+OLD = dict(BASE_FILES)
+NEW = dict(BASE_FILES, **{"vllm/util.py": BASE_FILES["vllm/util.py"].replace("return x + 7\n", "return x + 7 * 1\n")})
+RETIRED = "retired: {in: '0.2.0', reason: fixed-upstream, by: 'vllm#123', test: 'tests/patches/test_R2.py::test_upstream'}\n"
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+# --- the pure model ---------------------------------------------------------------------------------
+
+
+def test_resolution_picks_the_one_file_that_admits_the_release() -> None:
+    main = Candidate("A1-a.patch", ">=0.34.0")
+    old = Candidate("variants/0.24.0/A1-a.patch", ">=0.24.0,<0.34")
+    assert resolve("A1-a.patch", "0.34.0", [main, old]).file == "A1-a.patch"
+    found = resolve("A1-a.patch", "0.24.0", [main, old])
+    assert found.file == "variants/0.24.0/A1-a.patch" and found.variant and found.carried
+    assert resolve("A1-a.patch", "0.35.1", [Candidate("A1-a.patch", None)]).file == "A1-a.patch"  # no range: all
+    none = resolve("A1-a.patch", "0.20.0", [main, old])
+    assert not none.carried and none.reason == "applies_to '>=0.34.0', '>=0.24.0,<0.34' excludes 0.20.0"
+
+
+def test_resolution_gives_the_retired_reason_and_refuses_two_files_for_one_release() -> None:
+    retired = {"in": "0.34.0", "reason": "fixed-upstream", "by": "vllm#39148", "test": "tests/patches/test_PN28.py::t"}
+    found = resolve("PN28-x.patch", "0.34.0", [Candidate("PN28-x.patch", "<0.34", retired)])
+    assert not found.carried
+    assert found.reason == "retired in 0.34.0 (fixed-upstream by vllm#39148; test tests/patches/test_PN28.py::t)"
+    with pytest.raises(FormatError) as err:
+        resolve("A1-a.patch", "0.30.0", [Candidate("A1-a.patch", ">=0.24"), Candidate("variants/0.24.0/A1-a.patch", "<0.34", None, 7)])
+    assert "queue/A1-a.patch and queue/variants/0.24.0/A1-a.patch both admit 0.30.0" in err.value.message
+    assert err.value.path == "queue/variants/0.24.0/A1-a.patch" and err.value.line == 7
+
+
+def test_admits_prereleases_and_leaves_unparsable_ranges_to_lint() -> None:
+    assert admits(">=0.25.0.dev0", "0.25.0.dev3") and not admits("<0.25", "0.25.0")
+    assert admits("not a range", "0.1.0")
+
+
+def test_retired_field_is_checked() -> None:
+    assert retired_problems({"in": "0.34.0", "reason": "obsolete"}) == []
+    problems = dict(retired_problems({"in": "soon", "reason": "gone", "why": 1}))
+    assert set(problems) == {"in", "reason", "why"}
+    assert "not one of: fixed-upstream, obsolete" in problems["reason"]
+    assert retired_problems("yes")[0][0] is None
+
+
+# --- a queue on two pins ------------------------------------------------------------------------------
+
+
+def two_pin_queue(tmp_path: Path, *, checkout: bool = True) -> Queue:
+    """Main pin 0.2.0, rollback 0.1.0; A1 has a variant for 0.1.0, R2 is retired in 0.2.0, C3 serves both."""
+    q = make_queue(tmp_path, NEW, version="0.2.0")
+    old = make_sdist(tmp_path / "upstream-old", "0.1.0", OLD)
+    with (q.root / "vendor-pin.txt").open("a") as f:
+        f.write(f"rollback {old.as_uri()}#sha256={sha256(old)}\n")
+    util_new, util_old = NEW["vllm/util.py"], OLD["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util_new, _edit(util_new, "return x + 7 * 1\n", "return x + 70\n")),
+                  extra="applies_to: {vllm: '>=0.2.0'}\n")
+    q.write_patch("variants/0.1.0/A1-a.patch", unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 70\n")),
+                  patch_id="A1", extra="applies_to: {vllm: '>=0.1.0,<0.2'}\n")
+    parser = BASE_FILES["vllm/parser.py"]
+    q.write_patch("R2-r.patch", unified("vllm/parser.py", parser, _edit(parser, "== 'null'", "in ('null', 'None')")),
+                  extra="applies_to: {vllm: '<0.2'}\n" + RETIRED)
+    q.write_patch("C3-c.patch", unified("vllm/util.py", util_old, _edit(util_old, "return x + 30\n", "return x + 300\n")))
+    q.set_series("A1-a.patch", "R2-r.patch", "C3-c.patch")
+    if checkout:
+        q.run("checkout")
+    return q
+
+
+def test_push_uses_the_variant_for_the_pin_and_passes_over_a_patch_not_carried(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path)
+    proc = q.run("push", "--all")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert any("R2-r.patch" in line and line.startswith("n/a") and "retired in 0.2.0 (fixed-upstream by vllm#123" in line
+               for line in lines), proc.stdout
+    util = (q.work / "vllm/util.py").read_text()
+    assert "return x + 70\n" in util and "return x + 300\n" in util
+    assert "('null', 'None')" not in (q.work / "vllm/parser.py").read_text()
+    assert q.run("applied").stdout.split() == ["A1-a.patch", "R2-r.patch", "C3-c.patch"]  # its place is kept
+    doc = json.loads(q.run("push", "--all", "--json").stdout)
+    assert doc["ok"] and doc["result"]["pushed"] == []
+    q.run("goto", "A1-a.patch")
+    assert q.run("applied").stdout.split() == ["A1-a.patch"]
+    doc = json.loads(q.run("push", "-n", "1", "--json").stdout)
+    assert doc["result"]["not_carried"] == [{"name": "R2-r.patch", "status": "n/a",
+                                            "reason": "retired in 0.2.0 (fixed-upstream by vllm#123; "
+                                                      "test tests/patches/test_R2.py::test_upstream)"}]
+    q.run("pop", "--all")
+    assert (q.work / "vllm/util.py").read_text() == NEW["vllm/util.py"]
+
+
+def test_push_on_the_rollback_pin_uses_the_variant_and_refresh_writes_it_back(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path)
+    pins = (q.root / "vendor-pin.txt").read_text().splitlines()
+    (q.root / "vendor-pin.txt").write_text(f"{pins[1].replace('rollback', 'pin', 1)}\n{pins[0].replace('pin', 'next', 1)}\n")
+    q.run("checkout")
+    q.run("push", "--all")
+    assert "('null', 'None')" in (q.work / "vllm/parser.py").read_text()  # R2 is carried on 0.1.0
+    q.run("goto", "A1-a.patch")
+    main_before = (q.root / "queue/A1-a.patch").read_text()
+    util = q.work / "vllm/util.py"
+    util.write_text(util.read_text().replace("return x + 70\n", "return x + 71\n"))
+    q.run("refresh")
+    assert (q.root / "queue/A1-a.patch").read_text() == main_before
+    variant = (q.root / "queue/variants/0.1.0/A1-a.patch").read_text()
+    assert "+    return x + 71" in variant and variant.startswith("---\nid: A1\n")
+
+
+def test_two_files_admitting_the_pin_stop_push_naming_both(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path)
+    path = q.root / "queue/variants/0.1.0/A1-a.patch"
+    path.write_text(path.read_text().replace("'>=0.1.0,<0.2'", "'>=0.1.0'"))
+    proc = q.run("push", "--all", check=False)
+    assert proc.returncode == 1
+    assert "queue/A1-a.patch and queue/variants/0.1.0/A1-a.patch both admit 0.2.0" in proc.stderr
+    assert q.run("applied").stdout.split() == []
+
+
+def test_export_tree_writes_another_pins_patched_tree_and_leaves_work_alone(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path)
+    q.run("push", "-n", "1")
+    head = (q.work / ".git/HEAD").read_text(), q.run("applied").stdout
+    dest = tmp_path / "tree-0.1.0"
+    proc = q.run("export-tree", "--pin", "rollback", str(dest))
+    assert "wrote " in proc.stdout and "with 3 patch(es)" in proc.stdout
+    util = (dest / "vllm/util.py").read_text()
+    assert "return x + 70\n" in util and "return x + 300\n" in util and "7 * 1" not in util  # the 0.1.0 variant
+    assert "('null', 'None')" in (dest / "vllm/parser.py").read_text()  # R2 is carried on 0.1.0
+    assert not (dest / ".git").exists() and "vllm" in {p.name for p in dest.iterdir()}
+    assert ((q.work / ".git/HEAD").read_text(), q.run("applied").stdout) == head
+    assert json.loads(q.run("status", "--json").stdout)["result"]["dirty"] == []
+    doc = json.loads(q.run("export-tree", str(tmp_path / "main"), "--json").stdout)  # the main pin by default
+    assert doc["result"]["not_carried"][0]["name"] == "R2-r.patch" and doc["result"]["version"] == "0.2.0"
+    assert "return x + 7 * 1" not in (tmp_path / "main/vllm/util.py").read_text()
+    refused = q.run("export-tree", "--pin", "rollback", str(dest), check=False)
+    assert refused.returncode == 2 and "not an empty folder" in refused.stderr
+
+
+def test_export_tree_writes_nothing_when_a_patch_does_not_apply(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path)
+    (q.root / "queue/variants/0.1.0/A1-a.patch").unlink()  # the 0.2.0 diff does not apply on 0.1.0 ...
+    path = q.root / "queue/A1-a.patch"
+    path.write_text(path.read_text().replace("'>=0.2.0'", "'>=0.1.0'"))  # ... and now claims to
+    dest = tmp_path / "tree"
+    proc = q.run("export-tree", "--pin", "rollback", str(dest), check=False)
+    assert proc.returncode == 3 and "A1-a.patch" in proc.stdout and "nothing written" in proc.stdout
+    assert not dest.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".tree")] == []
