@@ -595,6 +595,8 @@ def trial(templates: Templates, scenario: Scenario, dest: Path, *, crash_after: 
         record.said = "; ".join(said)
         if rec.code == 4 or (recovery == "repair" and rec.code != 0) or rec.code not in RERUN_OK + (3,):
             raise Broken(f"{' '.join(args[:1])} after the crash exited {rec.code}: {rec.stdout} {rec.stderr}")
+        if recovery == "rerun" and error.get("ref") == "git":
+            raise Broken(f"running the command again failed in git: {error.get('message')}")
         if recovery == "rerun" and rec.code != 0 and "gqueue repair" in str(error.get("hint")):
             # the next command refused and sent the user to 'gqueue repair': follow the hint
             fix = run(root, ("repair", "--json"))

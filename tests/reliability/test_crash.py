@@ -42,7 +42,8 @@ def _report(key: str, trials: list[ck.Trial], extra: dict[str, object] | None = 
 
 
 def _failures(trials: list[ck.Trial]) -> str:
-    return "\n".join(f"{t.scenario} {t.how} via {t.recovery}: {t.failure}" for t in trials if t.failure)
+    return "\n".join(f"{t.scenario} {t.how} via {t.recovery}: {t.failure} (recovery exited {t.recovery_code}; "
+                     f"it said: {t.said[:400]!r})" for t in trials if t.failure)
 
 
 def _sweep(templates: ck.Templates, name: str, base: Path, recoveries: tuple[str, ...],
@@ -432,6 +433,31 @@ def test_a_killed_fast_import_leaves_nothing_for_long(tmp_path: Path, own_cache:
     assert result.code == 0, result.stderr
     assert "temporary pack file(s) of a killed git fast-import" in result.stderr
     assert not list(pack.glob("tmp_*"))
+
+
+def test_a_ref_lock_left_by_a_killed_fast_import_does_not_wedge_checkout(tmp_path: Path) -> None:
+    """fast-import writes the pin's tag last, under refs/tags/...lock: killed there (with gqueue's
+    process group), it leaves that lock and every later checkout failed with "cannot lock ref"
+    (found by the random-time soak). The next command clears a ref lock anywhere under refs/."""
+    import shutil
+    import subprocess
+
+    from synth import make_queue
+
+    q = make_queue(tmp_path)
+    q.run("checkout")
+    tag = subprocess.run(["git", "tag", "--list", "gqueue/pin/*"], cwd=q.work, capture_output=True,
+                         text=True, check=True).stdout.split()[0]
+    shutil.rmtree(q.work)  # back to before the import: a repository with nothing in it yet
+    subprocess.run(["git", "init", "-q", "--initial-branch=gqueue", str(q.work)], check=True)
+    stale = q.work / ".git" / "refs" / "tags" / f"{tag}.lock"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.touch()
+    result = ck.run(q.root, ("checkout",))
+    assert result.code == 0, result.stderr
+    assert "stale git lock" in result.stderr and f"refs/tags/{tag}.lock" in result.stderr
+    assert not stale.exists()
+    assert ck.applied_names(q.work) == ()
 
 
 def test_fast_import_is_given_the_queue_lock(tmp_path: Path) -> None:

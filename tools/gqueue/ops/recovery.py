@@ -97,7 +97,6 @@ def _sweep_temporaries(ws: Workspace) -> list[str]:
     return [f"removed {len(removed)} temporary file(s) of an interrupted write: {', '.join(removed)}"] if removed else []
 
 
-GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "refs/heads/gqueue.lock")
 GIT_LOCK_GRACE = 2.0  # seconds a git process that outlived its gqueue gets to finish
 
 
@@ -109,8 +108,10 @@ def _clear_git_locks(ws: Workspace) -> list[str]:
     """
     if not ws.repo.git_dir.is_dir():  # a half-made repository too: 'git init' cannot finish it while locked
         return []
-    locks = [ws.repo.git_dir / name for name in GIT_LOCKS]
-    locks += list((ws.repo.git_dir / "refs" / "gqueue").glob("**/*.lock"))
+    # git's own (index.lock, HEAD.lock, config.lock, packed-refs.lock) and those of every ref: a
+    # fast-import killed while it wrote the pin's tag leaves refs/tags/.../NAME.lock
+    locks = [p for p in ws.repo.git_dir.glob("*.lock") if p.is_file()]
+    locks += [p for p in (ws.repo.git_dir / "refs").glob("**/*.lock") if p.is_file()]
     deadline = time.monotonic() + GIT_LOCK_GRACE
     while any(p.exists() for p in locks) and time.monotonic() < deadline:
         time.sleep(0.05)
