@@ -460,7 +460,7 @@ def status(ws: Workspace) -> Result:
             lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
         info["rebase_in_progress"] = rebasing
         if rebasing:
-            lines.append(f"a rebase to {ws.pin().describe()} is in progress: 'gqueue rebase --continue | --skip | --abort'")
+            lines.append(f"a rebase to {ws.pin().describe()} is in progress: 'gqueue rebase --continue | --skip | --retire | --abort'")
     else:
         lines.append("no work tree: run 'gqueue checkout'")
     return info, "\n".join(lines), ExitCode.OK

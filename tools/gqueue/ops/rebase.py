@@ -133,7 +133,7 @@ def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseRes
     """``keep_old``: a label under which the old pin stays in vendor-pin.txt when the rebase
     completes (its line as it was, hashes included), so the queue is still checked on it."""
     if in_progress(ws):
-        raise StateError("a rebase is already in progress", hint="'gqueue rebase --continue', '--skip' or '--abort'")
+        raise StateError("a rebase is already in progress", hint="'gqueue rebase --continue', '--skip', '--retire' or '--abort'")
     ws.require_work()
     old_pin = ws.pin()
     new_pin = resolve_pin(ws, spec)

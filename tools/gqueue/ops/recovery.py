@@ -272,7 +272,7 @@ def repair(ws: Workspace) -> RepairResult:
     if (ws.state_dir / "rebase" / "state.json").is_file():
         # the stack is on the new pin part-way: resetting HEAD would throw the rebase away
         result.actions.append("a rebase is in progress: finish it with 'gqueue rebase --continue' "
-                              "(or '--skip'), or undo it with 'gqueue rebase --abort'")
+                              "(or '--skip', '--retire'), or undo it with 'gqueue rebase --abort'")
         return result
     base = ws.base_commit()
     if not ws.on_branch():

@@ -316,7 +316,7 @@ def _walk(ws: Workspace, action: str, count: int, force: bool) -> UndoResult:
         raise UsageError(f"only {left} operation(s) to {action}, not {count}")
     if (ws.state_dir / "rebase").exists():
         raise StateError(f"a rebase is in progress; refusing to {action}",
-                         hint="finish it ('gqueue rebase --continue' or '--skip') or undo it ('gqueue rebase --abort')")
+                         hint="finish it ('gqueue rebase --continue', '--skip' or '--retire') or undo it ('gqueue rebase --abort')")
     steps = []
     for _ in range(count):
         index = log.pos - 1 if action == "undo" else log.pos
