@@ -104,6 +104,9 @@ CASES: dict[str, Mutation] = {
     "conflicts-active": lambda q: edit(q, "G2-next.patch", "conflicts: []", "conflicts: [G1]"),
     "applies-to-parse": lambda q: edit(q, "G1-good.patch", '">=0.1.0,<0.2"', '">=banana"'),
     "applies-to-pin": lambda q: edit(q, "G1-good.patch", '">=0.1.0,<0.2"', '">=0.5"'),
+    "variant-id": lambda q: add_variant(q, "0.0.9", "G1-good.patch", "G9", "<0.1"),
+    "requires-not-carried": lambda q: edit(q, "G1-good.patch", '">=0.1.0,<0.2"', '"<0.1"'),
+    "header-retired": lambda q: edit(q, "G1-good.patch", "role: defensive\n", "role: defensive\nretired: {in: '0.1.0', reason: gone}\n"),
     "env-flag-spelling": lambda q: edit(q, "G1-good.patch", "GENESIS_ENABLE_G1_GOOD", "GENESIS_DISABLE_G1_GOOD"),
     "backport-credit": lambda q: edit(q, "G1-good.patch", "credit: someone (vllm#123)\n", ""),
     "backport-pr": lambda q: edit(q, "G1-good.patch", "pr: 123", "pr: null"),
@@ -121,6 +124,13 @@ CASES: dict[str, Mutation] = {
     "profile-plan": lambda q: write_profile(q, "name: p\nattribution:\n  G1: {role: no_op}\n"),
     "profile-reference": lambda q: write_profile(q, "name: p\ndisable: [ZZ1]\n"),
 }
+
+
+def add_variant(q: Queue, folder: str, name: str, pid: str, spec: str) -> None:
+    path = q.root / "queue/variants" / folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = (q.root / "queue" / name).read_text().replace('">=0.1.0,<0.2"', f'"{spec}"')
+    path.write_text(text.replace("id: G1\n", f"id: {pid}\n", 1))
 
 
 def write_profile(q: Queue, text: str) -> None:

@@ -167,3 +167,89 @@ def test_export_tree_writes_nothing_when_a_patch_does_not_apply(tmp_path: Path) 
     proc = q.run("export-tree", "--pin", "rollback", str(dest), check=False)
     assert proc.returncode == 3 and "A1-a.patch" in proc.stdout and "nothing written" in proc.stdout
     assert not dest.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".tree")] == []
+
+
+def test_check_gates_each_pin_with_its_own_files_and_passes_a_patch_not_carried(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path, checkout=False)
+    junit = tmp_path / "check.xml"
+    proc = q.run("check", "--json", "--junit", str(junit), check=False)  # lint included
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["ok"], proc.stdout
+    main, rollback = doc["pins"]
+    assert main["version"] == "0.2.0" and rollback["version"] == "0.1.0"
+    by_name = {p["name"]: p for p in main["patches"]}
+    assert by_name["R2-r.patch"]["status"] == "n/a" and by_name["R2-r.patch"]["acceptable"]
+    assert by_name["R2-r.patch"]["detail"].startswith("retired in 0.2.0 (fixed-upstream by vllm#123")
+    assert by_name["A1-a.patch"]["patch_file"] == "queue/A1-a.patch" and main["counts"] == {"clean": 2, "n/a": 1}
+    old = {p["name"]: p for p in rollback["patches"]}
+    assert old["A1-a.patch"]["patch_file"] == "queue/variants/0.1.0/A1-a.patch"
+    assert old["A1-a.patch"]["status"] == "clean" and old["R2-r.patch"]["status"] == "clean"
+    assert rollback["base"] == rollback["pin"]  # its own stack differs: drift is measured on its own tree
+    xml = junit.read_text()
+    assert 'skipped="1"' in xml and "<skipped message=\"not carried on vllm==0.2.0: retired in 0.2.0" in xml
+    text = q.run("check", "--no-lint").stdout
+    line = next(x for x in text.splitlines() if "R2-r.patch" in x)
+    assert line.split()[0] == "n/a" and "not carried on this pin: retired in 0.2.0" in line
+    assert "variants/0.1.0/A1-a.patch" in next(x for x in text.splitlines()[text.splitlines().index(
+        next(x for x in text.splitlines() if x.startswith("vllm==0.1.0"))):] if "A1-a.patch" in x)
+
+
+def test_check_of_a_pin_not_in_vendor_pin_shows_what_the_main_pin_carries(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path, checkout=False)
+    c3 = q.root / "queue/C3-c.patch"
+    c3.write_text(c3.read_text().replace("title: C3-c.patch\n", "title: C3-c.patch\napplies_to: {vllm: '<0.3'}\n"))
+    newer = make_sdist(tmp_path / "upstream-new", "0.3.0", NEW)
+    doc = json.loads(q.run("check", "--no-lint", "--json", "--pin", f"{newer.as_uri()}#sha256={sha256(newer)}").stdout)
+    (pin,) = doc["pins"]
+    assert {p["name"]: p["status"] for p in pin["patches"]} == {"A1-a.patch": "clean", "R2-r.patch": "n/a",
+                                                                "C3-c.patch": "clean"}
+    assert pin["base"].endswith("vllm-0.2.0.tar.gz#sha256=" + sha256(tmp_path / "upstream/vllm-0.2.0.tar.gz"))
+
+
+def _lint(q: Queue) -> list[tuple[str, str, str]]:
+    from gqueue.ops.lint import lint
+    from gqueue.store import Store
+
+    return [(f.path, f.rule, f.message) for f in lint(Store(q.root)).findings]
+
+
+def _set(q: Queue, name: str, old: str, new: str) -> None:
+    path = q.root / "queue" / name
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+
+
+def test_lint_is_quiet_on_a_queue_carried_on_two_pins(tmp_path: Path) -> None:
+    assert _lint(two_pin_queue(tmp_path, checkout=False)) == []
+
+
+def test_lint_finds_overlapping_variants_files_serving_no_pin_and_unmet_requires(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path, checkout=False)
+    _set(q, "variants/0.1.0/A1-a.patch", "'>=0.1.0,<0.2'", "'>=0.1.0'")
+    _set(q, "C3-c.patch", "title: C3-c.patch\n", "title: C3-c.patch\nrequires: [R2]\n")
+    (q.root / "queue/variants/0.0.1").mkdir()
+    (q.root / "queue/variants/0.0.1/C3-c.patch").write_text(
+        (q.root / "queue/C3-c.patch").read_text().replace("title: C3-c.patch\n", "title: C3-c.patch\napplies_to: '<0.1'\n"))
+    found = _lint(q)
+    assert ("queue/variants/0.1.0/A1-a.patch", "applies-to-pin",
+            "queue/A1-a.patch and queue/variants/0.1.0/A1-a.patch both admit 0.2.0 (applies_to.vllm '>=0.2.0' and "
+            "'>=0.1.0'): a release must have one variant of 'A1-a.patch'") in found
+    serves = [f for f in found if f[0] == "queue/variants/0.0.1/C3-c.patch" and f[1] == "applies-to-pin"]
+    assert len(serves) == 1 and "serves no gated pin" in serves[0][2] and "delete it or retire the patch" in serves[0][2]
+    needs = [f for f in found if f[1] == "requires-not-carried"]
+    assert needs == [("queue/C3-c.patch", "requires-not-carried",
+                      f"requires 'R2', which is not carried on {json.loads(q.run('pin', '--json').stdout)['result']['pins'][0]['source']}: "
+                      "retired in 0.2.0 (fixed-upstream by vllm#123; test tests/patches/test_R2.py::test_upstream)")]
+
+
+def test_lint_checks_the_retired_field_and_a_variants_id(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path, checkout=False)
+    _set(q, "R2-r.patch", "reason: fixed-upstream", "reason: fixed")
+    _set(q, "variants/0.1.0/A1-a.patch", "id: A1\n", "id: A9\n")
+    found = {(f[0], f[1]): f[2] for f in _lint(q)}
+    assert "is not one of: fixed-upstream, obsolete" in found[("queue/R2-r.patch", "header-retired")]
+    assert "a variant keeps its patch's id" in found[("queue/variants/0.1.0/A1-a.patch", "variant-id")]
+    _set(q, "R2-r.patch", "reason: fixed", "reason: obsolete")
+    _set(q, "R2-r.patch", "applies_to: {vllm: '<0.2'}", "applies_to: {vllm: '<0.3'}")
+    found = {(f[0], f[1]): f[2] for f in _lint(q)}
+    assert "retired in 0.2.0, but applies_to.vllm '<0.3' admits 0.2.0" in found[("queue/R2-r.patch", "header-retired")]

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,10 @@ def _hunk_note(h: d.HunkReport) -> str:
 
 
 def _patch_note(p: d.PatchReport) -> str:
+    if p.status == d.NOT_CARRIED:
+        return f"not carried on this pin: {p.detail}"
+    if p.file:
+        return f"{p.file}: " + (_patch_note(replace(p, file="")) or "the variant for this pin")
     if p.status == d.PARTIAL_UPSTREAM:
         return "upstream: " + ", ".join(p.upstream_hunks)
     if p.blocked_by and p.status == d.BLOCKED:
@@ -148,7 +153,7 @@ def render_table(report: d.CheckReport, lint_errors: int = 0) -> str:
                 shown = True
             lines.append(f"  {p.name}: {p.status}" + (f" (blocked by {p.blocked_by})" if p.status == d.BLOCKED and p.blocked_by else ""))
             for h, note in notes:
-                lines.append(f"    {h.file} hunk #{h.hunk} [queue/{p.name}:{h.patch_line}]: {h.status}" + (f": {note}" if note else ""))
+                lines.append(f"    {h.file} hunk #{h.hunk} [{p.patch_file}:{h.patch_line}]: {h.status}" + (f": {note}" if note else ""))
                 for text in h.drift:
                     lines.append(f"      drift: {text}")
         lines.append("")
@@ -174,14 +179,17 @@ def render_junit(report: d.CheckReport, lint_errors: list[str] | tuple[str, ...]
         failure.text = "\n".join(lint_errors)
     for pin in report.pins:
         failures = sum(1 for p in pin.patches if not p.acceptable)
+        skipped = sum(1 for p in pin.patches if p.status == d.NOT_CARRIED)
         suite = ET.SubElement(suites, "testsuite", name=f"gqueue check {pin.short}", tests=str(len(pin.patches)),
-                              failures=str(failures), errors="0", skipped="0", time=f"{pin.seconds:.3f}")
+                              failures=str(failures), errors="0", skipped=str(skipped), time=f"{pin.seconds:.3f}")
         for p in pin.patches:
             case = ET.SubElement(suite, "testcase", classname=f"gqueue.check.{pin.short}", name=p.name,
-                                 file=f"queue/{p.name}")
-            body = "\n".join(f"{h.file} hunk #{h.hunk} (queue/{p.name}:{h.patch_line}): {h.status}: {_hunk_note(h)}"
+                                 file=p.patch_file)
+            body = "\n".join(f"{h.file} hunk #{h.hunk} ({p.patch_file}:{h.patch_line}): {h.status}: {_hunk_note(h)}"
                              for h in p.hunks if h.status != d.CLEAN)
-            if not p.acceptable:
+            if p.status == d.NOT_CARRIED:
+                ET.SubElement(case, "skipped", message=f"not carried on {pin.short}: {p.detail}")
+            elif not p.acceptable:
                 failure = ET.SubElement(case, "failure", type=p.status, message=f"{p.status}: {_patch_note(p)}".strip(": "))
                 failure.text = body
             elif p.drift or body:
@@ -207,7 +215,7 @@ def render_github(report: d.CheckReport, queue_dir: Path) -> list[str]:
     out: list[str] = []
     for pin in report.pins:
         for p in pin.patches:
-            path = f"{rel}/{p.name}".removeprefix("./")
+            path = f"{rel}/{p.file or p.name}".removeprefix("./")
             flagged = False
             for h in p.hunks:
                 if not p.acceptable and h.status not in report.accept:

@@ -19,8 +19,10 @@ SCHEMA = "gqueue.check/1"
 CLEAN, OFFSET, FUZZ, MERGED3, WHITESPACE = Status.CLEAN, Status.OFFSET, Status.FUZZ, Status.MERGED3, Status.WHITESPACE
 CONFLICT, UPSTREAM, PARTIAL_UPSTREAM = Status.CONFLICT, Status.UPSTREAM, Status.PARTIAL_UPSTREAM
 FILE_MISSING, RENAMED, BLOCKED = Status.FILE_MISSING, Status.RENAMED, Status.BLOCKED
+NOT_CARRIED = Status.NOT_CARRIED  # a patch's status on a pin none of its files admits: passes, says why
 
-STATUSES = (CLEAN, OFFSET, WHITESPACE, MERGED3, UPSTREAM, PARTIAL_UPSTREAM, FUZZ, RENAMED, FILE_MISSING, CONFLICT, BLOCKED)
+STATUSES = (CLEAN, OFFSET, WHITESPACE, MERGED3, UPSTREAM, PARTIAL_UPSTREAM, FUZZ, RENAMED, FILE_MISSING, CONFLICT, BLOCKED,
+            NOT_CARRIED)
 # How bad a hunk status is; a patch takes its worst hunk's (upstream is special, see patch_status).
 _RANK = {CLEAN: 0, OFFSET: 1, WHITESPACE: 2, MERGED3: 3, UPSTREAM: 4, FUZZ: 5, RENAMED: 6, FILE_MISSING: 7, CONFLICT: 8,
          BLOCKED: 9}
@@ -129,6 +131,11 @@ class PatchReport:
     acceptable: bool
     blocked_by: str | None = None
     detail: str = ""
+    file: str = ""  # the file under queue/ checked, when not ``name`` (a variant)
+
+    @property
+    def patch_file(self) -> str:
+        return f"queue/{self.file or self.name}"
 
     @property
     def upstream_hunks(self) -> list[str]:
@@ -141,7 +148,7 @@ class PatchReport:
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
             "name": self.name, "id": self.id, "status": self.status, "acceptable": self.acceptable,
-            "patch_file": f"queue/{self.name}", "hunks": [h.to_json() for h in self.hunks],
+            "patch_file": self.patch_file, "hunks": [h.to_json() for h in self.hunks],
         }
         if self.status == PARTIAL_UPSTREAM:
             doc["upstream_hunks"] = self.upstream_hunks

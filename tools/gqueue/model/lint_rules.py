@@ -22,6 +22,7 @@ from .meta import (
     TIERS, UPSTREAM_KEYS, UPSTREAM_STATES, author_problem,
 )
 from .profile import CANDIDATE_KEYS
+from .variants import Candidate, admits, resolve, retired_problems, split_variant
 
 ERROR = "error"
 WARNING = "warning"
@@ -45,7 +46,13 @@ RULES: dict[str, tuple[str, str]] = {
     "requires-inactive": (ERROR, "a required patch is active: in the series and not retired/merged/deprecated"),
     "conflicts-active": (ERROR, "two conflicting patches are not both active"),
     "applies-to-parse": (ERROR, "applies_to.vllm is a valid version specifier"),
-    "applies-to-pin": (ERROR, "applies_to.vllm admits the pinned release"),
+    "applies-to-pin": (ERROR, "every file in queue/ (main and variants) admits a gated pin, and no gated pin has two "
+                              "files of one patch that admit it"),
+    "variant-id": (ERROR, "a variant (queue/variants/DIR/NAME) has the id of queue/NAME and its NAME is in the series "
+                          "or parked"),
+    "requires-not-carried": (ERROR, "a patch carried on a gated pin requires only patches carried there"),
+    "header-retired": (ERROR, "retired is {in: VERSION, reason: fixed-upstream|obsolete, by, test}, and applies_to "
+                              "excludes the release it names"),
     "env-flag-spelling": (ERROR, "env_flag is GENESIS_/SNDR_ + ENABLE_ (DISABLE_ when default_on) + the id"),
     "backport-credit": (ERROR, "a backport credits someone"),
     "backport-pr": (ERROR, "a backport names its upstream PR"),
@@ -206,6 +213,7 @@ def vllm_spec(raw: dict[str, Any]) -> str | None:
 
 
 def check_applies_to(view: HeaderView, pin_version: str | None) -> list[Finding]:
+    """applies_to.vllm parses (and, given ``pin_version``, admits it; the queue-wide form is check_pins)."""
     spec = vllm_spec(view.raw)
     if spec is None:
         return []
@@ -222,6 +230,21 @@ def check_applies_to(view: HeaderView, pin_version: str | None) -> list[Finding]
     if not specifier.contains(version, prereleases=True):
         return [_f(view, "applies_to", "applies-to-pin", f"applies_to.vllm '{spec}' does not admit the pinned {pin_version}")]
     return []
+
+
+def check_retired(view: HeaderView) -> list[Finding]:
+    """The retired field's shape, and that applies_to no longer admits the release it was retired in."""
+    retired = view.raw.get("retired")
+    if retired is None:
+        return []
+    out = [_f(view, "retired", "header-retired", message) for _key, message in retired_problems(retired)]
+    if not out and isinstance(retired, dict):
+        spec, release = vllm_spec(view.raw), str(retired["in"])
+        if admits(spec, release):
+            out.append(_f(view, "applies_to" if spec else "retired", "header-retired",
+                          f"retired in {release}, but applies_to.vllm '{spec or '(any release)'}' admits {release}: "
+                          f"bound it below (such as '<{release}')"))
+    return out
 
 
 def expected_flag_prefixes(patch_id: str, default_on: bool) -> tuple[str, ...]:
@@ -358,6 +381,7 @@ def check_patch(view: HeaderView, *, pin_version: str | None, strip: int = 1) ->
         return []
     out = check_schema(view)
     out += check_applies_to(view, pin_version)
+    out += check_retired(view)
     out += check_env_flag(view)
     out += check_backport(view)
     out += check_candidate_when(view)
@@ -381,12 +405,87 @@ def _exclusive(a: SeriesEntry, b: SeriesEntry) -> bool:
     )
 
 
-def check_queue(series: Series, views: dict[str, HeaderView], files: list[str]) -> list[Finding]:
-    """Rules that look at several patches: ids, names, series membership, requires, conflicts."""
+def check_queue(series: Series, views: dict[str, HeaderView], files: list[str],
+                pins: list[tuple[str, str]] | None = None) -> list[Finding]:
+    """Rules that look at several patches: ids, names, series membership, requires, conflicts,
+    and, given the gated ``pins`` (description, release), which file serves each one."""
     out: list[Finding] = []
     out += _check_ids(views)
     out += _check_membership(series, views, files)
     out += _check_relations(series, views)
+    out += _check_variants(series, views)
+    if pins:
+        out += check_pins(series, views, pins)
+    return out
+
+
+def _is_variant(name: str) -> bool:
+    return split_variant(name)[0] is not None
+
+
+def _check_variants(series: Series, views: dict[str, HeaderView]) -> list[Finding]:
+    out = []
+    listed = set(series.names) | set(series.parked)
+    for name, view in views.items():
+        folder, entry = split_variant(name)
+        if folder is None:
+            continue
+        if entry not in listed:
+            out.append(Finding(view.path, 1, "variant-id",
+                               f"variant of '{entry}', which is neither in the series nor parked"))
+        main = views.get(entry)
+        if main is not None and main.parsed and view.parsed and main.id and view.id != main.id:
+            out.append(_f(view, "id", "variant-id",
+                          f"id '{view.id}' is not queue/{entry}'s '{main.id}': a variant keeps its patch's id"))
+    return out
+
+
+def _candidates(name: str, views: dict[str, HeaderView], variants: dict[str, list[str]]) -> list[Candidate]:
+    files = ([name] if name in views else []) + variants.get(name, [])
+    return [Candidate(f, vllm_spec(views[f].raw), views[f].raw.get("retired"), views[f].key_lines.get("applies_to"))
+            for f in files if views[f].parsed]
+
+
+def check_pins(series: Series, views: dict[str, HeaderView], pins: list[tuple[str, str]]) -> list[Finding]:
+    """Every file serves a gated pin; each entry has at most one file per gated pin; a patch
+    carried on a pin requires only patches carried there."""
+    out: list[Finding] = []
+    shown = ", ".join(described for described, _v in pins)
+    for name, view in views.items():
+        spec = vllm_spec(view.raw) if view.parsed else None
+        if spec is None or any(admits(spec, version) for _d, version in pins):
+            continue
+        what = ("delete it (docs/RETIRED.md keeps the record)" if view.raw.get("retired") is not None
+                else "delete it or retire the patch")
+        out.append(_f(view, "applies_to", "applies-to-pin",
+                      f"applies_to.vllm '{spec}' serves no gated pin ({shown}): {what}"))
+    variants: dict[str, list[str]] = {}
+    for name in sorted(views):
+        if _is_variant(name):
+            variants.setdefault(split_variant(name)[1], []).append(name)
+    for described, version in pins:
+        carried: dict[str, str] = {}  # id -> the file that serves the pin
+        missing: dict[str, str] = {}  # id -> why the patch is not carried on the pin
+        for entry in series.entries:
+            candidates = _candidates(entry.name, views, variants)
+            if not candidates:
+                continue
+            try:
+                found = resolve(entry.name, version, candidates)
+            except FormatError as exc:
+                out.append(Finding(exc.path or f"queue/{entry.name}", exc.line or 1, "applies-to-pin", exc.message))
+                continue
+            pid = views[candidates[0].file].id
+            if found.file is None:
+                missing[pid] = found.reason
+            else:
+                carried[pid] = found.file
+        for pid, file in carried.items():
+            view = views[file]
+            for need in view.strings("requires"):
+                if need in missing:
+                    out.append(_f(view, "requires", "requires-not-carried",
+                                  f"requires '{need}', which is not carried on {described}: {missing[need]}"))
     return out
 
 
@@ -395,6 +494,10 @@ def _check_ids(views: dict[str, HeaderView]) -> list[Finding]:
     first: dict[str, str] = {}
     for name, view in views.items():
         if not view.parsed or not view.id:
+            continue
+        if _is_variant(name):  # shares its patch's id (variant-id checks that it does)
+            if file_name_id(name) != view.id:
+                out.append(_f(view, "id", "file-name-id", f"file name '{name}' does not start with the id '{view.id}-'"))
             continue
         if view.id in first:
             out.append(_f(view, "id", "id-duplicate", f"id '{view.id}' is also used by queue/{first[view.id]}"))
@@ -415,7 +518,7 @@ def _check_membership(series: Series, views: dict[str, HeaderView], files: list[
     for name in files:
         view = views.get(name)
         retired = view is not None and view.raw.get("lifecycle") in ("merged_upstream", "retired")
-        if name not in series and name not in parked and not retired:
+        if name not in series and name not in parked and not retired and not _is_variant(name):
             out.append(Finding(f"queue/{name}", 1, "queue-unlisted",
                                f"'{name}' is neither in the series nor parked ('# parked: {name}')"))
     for number, raw in enumerate(series.lines, start=1):
@@ -431,7 +534,7 @@ def _check_membership(series: Series, views: dict[str, HeaderView], files: list[
 
 
 def _check_relations(series: Series, views: dict[str, HeaderView]) -> list[Finding]:
-    by_id = {v.id: v for v in views.values() if v.parsed and v.id}
+    by_id = {v.id: v for n, v in views.items() if v.parsed and v.id and not _is_variant(n)}
     position = {views[e.name].id: i for i, e in enumerate(series.entries) if e.name in views and views[e.name].parsed}
     entries = {views[e.name].id: e for e in series.entries if e.name in views and views[e.name].parsed}
     active = {pid for pid in position if by_id[pid].lifecycle not in INACTIVE_LIFECYCLES}

@@ -7,12 +7,14 @@ or file of the work tree moves), then :class:`SeriesRun` applies the series in m
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ..errors import UsageError
 from ..model import drift as d
 from ..model.patch import PatchFile
 from ..model.pin import Pin, pin_from_spec
 from ..model.series import SeriesEntry
+from ..model.variants import Resolution
 from ..upstream.resolve import record_hashes
 from .checkout import EXCLUDES, import_pin
 from .drift_engine import SeriesRun
@@ -67,31 +69,59 @@ def touched_paths(patches: list[tuple[SeriesEntry, PatchFile]]) -> set[str]:
     return {p for e, patch in patches for fd in file_diffs(patch, e.strip) for p in (fd.old_path, fd.new_path) if p}
 
 
+Resolved = list[tuple[SeriesEntry, Resolution, "PatchFile | None"]]
+
+
+def resolve_series(ws: Workspace, entries: list[SeriesEntry], pin: Pin) -> Resolved:
+    """Each entry with the file that serves ``pin`` (read), or None where it is not carried there."""
+    out: Resolved = []
+    for entry in entries:
+        found, patch = ws.resolve(entry.name, line=entry.line, pin=pin)
+        out.append((entry, found, patch))
+    ws.store.headers.save()
+    return out
+
+
 def check(ws: Workspace, specs: tuple[str, ...] = (), *, accept: frozenset[str] = d.DEFAULT_ACCEPT,
           max_fuzz: int = 2, only: set[str] | None = None) -> d.CheckReport:
-    """Classify the series (or the entries named in ``only``, e.g. a profile's) on each pin."""
+    """Classify the series (or the entries named in ``only``, e.g. a profile's) on each pin.
+
+    A pin of vendor-pin.txt gets the files that serve its release (model/variants.py: a
+    variant, or n/a); a pin named only on the command line (a release the queue may move to)
+    gets what the main pin carries, to show how the queue as it is drifts there. The old side
+    of the three-way merges is the main pin where the pin's stack is the main pin's files, and
+    the pin itself where it differs (a variant was written for that pin's tree)."""
     pins = ws.store.read_pins()
     base_pin = pins.main
     targets = [resolve_pin(ws, s) for s in specs] if specs else list(pins.pins)
     ensure_repo(ws)
     base_commit = pin_commit(ws, base_pin)
-    patches = [(e, p) for e, p in load_series(ws) if only is None or e.name in only]
+    entries = [e for e in ws.store.read_series().entries if only is None or e.name in only]
+    main = resolve_series(ws, entries, base_pin)
+    gated = {(p.label, p.line) for p in pins.pins}
     reports = []
     for pin in targets:
         commit = pin_commit(ws, pin)
-        reports.append(check_pin(ws, base_pin, base_commit, pin, commit, patches, accept=accept, max_fuzz=max_fuzz))
+        resolved = resolve_series(ws, entries, pin) if (pin.label, pin.line) in gated else main
+        same = [r.file for _e, r, _p in resolved] == [r.file for _e, r, _p in main]
+        old_pin, old_commit = (base_pin, base_commit) if same else (pin, commit)
+        reports.append(check_pin(ws, old_pin, old_commit, pin, commit, resolved, accept=accept, max_fuzz=max_fuzz))
     return d.CheckReport(tuple(reports), accept)
 
 
 def check_pin(ws: Workspace, base_pin: Pin, base_commit: str, pin: Pin, commit: str,
-              patches: list[tuple[SeriesEntry, PatchFile]], *, accept: frozenset[str], max_fuzz: int) -> d.PinReport:
+              resolved: Resolved, *, accept: frozenset[str], max_fuzz: int) -> d.PinReport:
     start = time.monotonic()
     run = SeriesRun(ws.repo, base_commit, commit, accept=accept, max_fuzz=max_fuzz)
-    run.prefetch(touched_paths(patches))
+    run.prefetch(touched_paths([(e, p) for e, _r, p in resolved if p is not None]))
     results = []
-    for entry, patch in patches:
+    for entry, found, patch in resolved:
+        if patch is None:
+            results.append(d.PatchReport(entry.name, found.patch_id, d.NOT_CARRIED, (), True, detail=found.reason))
+            continue
         ws.reporter.progress(f"{pin.describe()}: {entry.name}")
-        results.append(run.run(patch, entry.strip).report)
+        report = run.run(patch, entry.strip).report
+        results.append(replace(report, file=patch.file) if patch.file else report)
     label = None if pin.label == "cli" else pin.label
     return d.PinReport(pin.describe(), label, pin.version, base_pin.describe(), tuple(results),
                        seconds=time.monotonic() - start, project=pin.project)

@@ -94,12 +94,15 @@ def _read_series(store: Store, findings: list[Finding]) -> Series | None:
         return None
 
 
-def _pin_version(store: Store, findings: list[Finding]) -> str | None:
+def _gated_pins(store: Store, findings: list[Finding]) -> list[tuple[str, str]] | None:
+    """(description, release) of every pin of vendor-pin.txt: each one is gated."""
     try:
-        return store.read_pins().main.version
+        pins = store.read_pins()
+        pins.main  # noqa: B018 - a file without a 'pin' line is a finding
     except GqueueError as exc:
         findings.append(Finding(exc.path or PIN, exc.line or 1, "pin-parse", exc.message))
         return None
+    return [(p.describe() if p.label == "pin" else f"{p.describe()} ({p.label})", p.version) for p in pins.pins]
 
 
 def lint(store: Store, *, instead: dict[str, bytes] | None = None) -> LintReport:
@@ -108,7 +111,7 @@ def lint(store: Store, *, instead: dict[str, bytes] | None = None) -> LintReport
     instead = instead or {}
     findings: list[Finding] = []
     series = _read_series(store, findings)
-    pin_version = _pin_version(store, findings)
+    pins = _gated_pins(store, findings)
     files = queue_files(store)
     strips = {e.name: e.strip for e in series.entries} if series else {}
     views: dict[str, HeaderView] = {}
@@ -117,9 +120,9 @@ def lint(store: Store, *, instead: dict[str, bytes] | None = None) -> LintReport
         view, problems = read_view(name, data)
         views[name] = view
         findings.extend(problems)
-        findings.extend(check_patch(view, pin_version=pin_version, strip=strips.get(name, 1)))
+        findings.extend(check_patch(view, pin_version=None, strip=strips.get(name, 1)))
     if series is not None:
-        findings.extend(check_queue(series, views, files))
+        findings.extend(check_queue(series, views, files, pins))
         findings.extend(check_profiles(store))
     ordered = sorted(findings, key=lambda f: (f.path, f.line, f.rule, f.message))
     return LintReport(tuple(ordered), len(files))
