@@ -1,7 +1,7 @@
 """PN79: in-place SSM state for the GDN chunked prefill.
 
-The FLA chunk kernels use Triton block pointers, which the CPU Triton interpreter
-no longer runs, so the numerics of the in-place kernel are checked by the GPU test
+The FLA chunk kernels do not run under the CPU Triton interpreter (block pointers
+on 0.24.0; on 0.34.0 an ``.to()`` on a loop index), so the numerics of the in-place kernel are checked by the GPU test
 only. On CPU the tests drive the real code around the kernels:
 
 * QwenGatedDeltaNetAttention._forward_core (the switch's decision point) with the
@@ -13,13 +13,21 @@ only. On CPU the tests drive the real code around the kernels:
 
 from __future__ import annotations
 
+import importlib
 import types
 
 import pytest
 import torch
+from _pins import on
 
 H, K, V = 2, 16, 16
 LENS = (3, 5)
+# 0.34.0 moved the FLA ops to vllm/third_party/.
+FLA_OPS = (
+    "vllm.third_party.flash_linear_attention.ops"
+    if on(">=0.34")
+    else "vllm.model_executor.layers.fla.ops"
+)
 
 
 def _layer_and_meta(monkeypatch, backend="triton"):
@@ -91,6 +99,19 @@ def _layer_and_meta(monkeypatch, backend="triton"):
     monkeypatch.setattr(qgdn, "is_conv_state_dim_first", lambda: True)
     monkeypatch.setattr(qgdn, "causal_conv1d_fn", lambda x, *a, **k: x)
     monkeypatch.setattr(qgdn, "fused_post_conv_prep", post_conv)
+    if on(">=0.34"):
+        # 0.34.0 gathers and scatters the states with CUDA-only Triton kernels:
+        # stand in for them with the indexing they replace.
+        def gather(state, indices, has_initial_state):
+            init = state[indices.long()].clone()
+            init[~has_initial_state] = 0
+            return init
+
+        def scatter(state, src, indices):
+            state[indices.long()] = src.to(state.dtype)
+
+        monkeypatch.setattr(qgdn, "gather_initial_states", gather)
+        monkeypatch.setattr(qgdn, "scatter_states", scatter)
 
     def run():
         out = torch.empty(T, H, V)
@@ -121,11 +142,14 @@ def test_fixed_chunk_prefill_reads_and_writes_cache_slots(switch, monkeypatch):
 
 def test_on_other_backends_keep_the_copy_path(switch, monkeypatch):
     switch("PN79", True)
-    run, calls, ssm_state = _layer_and_meta(monkeypatch, backend="flashinfer")
+    run, calls, ssm_state = _layer_and_meta(monkeypatch, backend="cutedsl")
+    before = ssm_state.clone()
     run()
     (kw,) = calls
     assert "initial_state_indices" not in kw
     assert kw["initial_state"] is not ssm_state
+    # the final states are still scattered back
+    assert not torch.equal(ssm_state, before)
 
 
 def test_off_gathers_and_scatters_as_upstream(switch, monkeypatch):
@@ -145,7 +169,7 @@ def test_off_gathers_and_scatters_as_upstream(switch, monkeypatch):
 
 
 def test_fixed_chunk_op_passes_strided_cache_without_copy(monkeypatch):
-    import vllm.model_executor.layers.fla.ops.chunk as chunk_mod
+    chunk_mod = importlib.import_module(f"{FLA_OPS}.chunk")
 
     seen = {}
 
@@ -174,7 +198,7 @@ def test_fixed_chunk_op_passes_strided_cache_without_copy(monkeypatch):
 
 
 def test_fixed_fwd_h_launches_in_place_on_slots(monkeypatch):
-    import vllm.model_executor.layers.fla.ops.chunk_delta_h as dh
+    dh = importlib.import_module(f"{FLA_OPS}.chunk_delta_h")
 
     launches = []
 
@@ -195,6 +219,9 @@ def test_fixed_fwd_h_launches_in_place_on_slots(monkeypatch):
         cu_seqlens=torch.tensor([0, LENS[0], T], dtype=torch.int32),
         initial_state_indices=torch.tensor([5, 2], dtype=torch.int32),
         has_initial_state=torch.tensor([True, False]),
+        # one 64-token chunk per sequence (0.34.0 would build these on the GPU)
+        chunk_indices=torch.tensor([[0, 0], [1, 0]], dtype=torch.int32),
+        chunk_offsets=torch.tensor([0, 1, 2], dtype=torch.int32),
     )
     ((grid, kw),) = launches
     assert grid == (1, 2 * H)  # cdiv(V, 32) value blocks x (sequences x heads)
@@ -209,7 +236,7 @@ def test_fixed_in_place_matches_gather_scatter_on_gpu(switch):
     """Numerics of the in-place chunk kernel against the copy path (CUDA only)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from vllm.model_executor.layers.fla.ops.chunk import chunk_gated_delta_rule
+    chunk_gated_delta_rule = importlib.import_module(f"{FLA_OPS}.chunk").chunk_gated_delta_rule
 
     torch.manual_seed(0)
     dev = "cuda"
