@@ -9,6 +9,11 @@ and prints milliseconds and achieved bandwidth (cache bytes read / time) against
 copy rate.
 
     python tools/bench/kernels.py --upstream-dir bench-out/upstream [--json out.json] [--tune]
+    python tools/bench/kernels.py --rows 0,1,3 --variant 'default@128' --variant 'verify:T(64,4,2,"v",pipe=1)'
+
+``--variant`` times other configurations of ours beside the plan, in the same process and
+against the same copy rate: each is first checked against a float64 reference of the row's
+own inputs (output poisoned with NaN first), then timed per replay and in a graph.
 
 ``--upstream-dir`` holds ``vllm/v1/attention/ops/triton_turboquant_decode.py`` and
 ``triton_decode_attention.py`` copied from vLLM 0.24.0 plus a two-module ``vllm`` shim
@@ -65,6 +70,10 @@ def parse():
     ap.add_argument("--rows", default=None, help="comma-separated row indexes to run (default: all)")
     ap.add_argument("--row-spec", action="append", default=[],
                     help="an extra row 'kind,B,context,Hq,Hk,D,query_len' (repeatable; only these rows then)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="also time this configuration of ours on every row: '[decode:|verify:]EXPR[@S]', EXPR a "
+                         "TileConfig expression (T = TileConfig) or 'default' (the plan), S a split count; "
+                         "checked against float64 on the row's inputs first (repeatable)")
     return ap.parse_args()
 
 
@@ -382,6 +391,68 @@ def tile_key(t) -> str:
             + ("-splitring" if t.split_ring else "") + ("-warpmax" if t.warp_max else ""))
 
 
+def parse_variant(spec: str):
+    """'[decode:|verify:]EXPR[@S]' -> (the row kind it is for or None, TileConfig or None, splits or None)."""
+    from vllm_genesis.turboquant._launch import TileConfig
+
+    kind = None
+    head, sep, rest = spec.partition(":")
+    if sep and head in ("decode", "verify"):
+        kind, spec = head, rest
+    expr, _, s = spec.rpartition("@") if "@" in spec else (spec, "", "")
+    expr = expr.strip()
+    tiles = None if expr == "default" else eval(expr, {"T": TileConfig, "TileConfig": TileConfig})
+    if tiles is not None and not isinstance(tiles, TileConfig):
+        raise ValueError(f"--variant {spec!r}: not a TileConfig expression")
+    return kind, tiles, (int(s) if s else None)
+
+
+def time_variants(kind, ours, inputs, nbytes, copy_bps, default_splits):
+    """Each ``--variant`` for this row: its error against float64 on the row's inputs (output
+    poisoned first; a variant that is wrong or leaves NaN is not timed), then per replay and in
+    a graph, with its % of the run's copy rate."""
+    from vllm_genesis.turboquant.reference import reference_attention, rel_err
+
+    q, cache, bt, seq_lens, lay, scale, out, qsl, kt, vt = inputs
+    if kind == "decode":
+        ref = reference_attention(q, cache, bt, seq_lens, lay, scale)
+    else:
+        ref = reference_attention(q, cache, bt, seq_lens, lay, scale, query_start_loc=qsl, key=kt, value=vt)
+    lines = []
+    for spec in ARGS.variant:
+        line = dict(variant=spec)
+        try:
+            for_kind, tiles, splits = parse_variant(spec)
+            if for_kind not in (None, kind):
+                continue
+            fn = ours(tiles, splits=splits if splits is not None else default_splits)
+            out.fill_(float("nan"))
+            fn()
+            if DEV == "cuda":
+                torch.cuda.synchronize()
+            line["rel_err"] = rel_err(out, ref)
+            line["nan"] = bool(torch.isnan(out).any())
+            line["ok"] = line["rel_err"] < 1e-2 and not line["nan"]
+            if line["ok"]:
+                line["ms"] = bench_graph(fn)
+                line["in_graph_ms"] = bench_in_graph(fn)
+                line["replays_rel_err"] = rel_err(out, ref)  # what the timed replays wrote
+                line["ok"] = line["replays_rel_err"] < 1e-2
+                for key in ("ms", "in_graph_ms"):
+                    line[key.replace("ms", "pct_copy")] = 100 * nbytes / (line[key] * 1e-3) / copy_bps
+        except Exception as exc:  # noqa: BLE001 - report and go on with the other variants
+            line.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-300:]}")
+        lines.append(line)
+        if "ms" in line:
+            print(f"  variant {spec:58s} {line['ms']:.4f} ms ({line['pct_copy']:.1f}%) in a graph "
+                  f"{line['in_graph_ms']:.4f} ms ({line['in_graph_pct_copy']:.1f}%) rel_err {line['rel_err']:.2e} "
+                  + ("ok" if line["ok"] else "BAD"), flush=True)
+        else:
+            print(f"  variant {spec:58s} not timed: {line.get('error') or 'rel_err %.2e nan %s' % (line['rel_err'], line['nan'])}",
+                  flush=True)
+    return lines
+
+
 def tune_variants(kind, B, D, rows, S):
     """(label, tiles, splits) of the --tune sweep for one row; the first is the previous default.
 
@@ -535,6 +606,11 @@ def time_row(row, copy_bps):
         res["ours_host_us_per_call"] = (time.perf_counter() - t0) / 20 * 1e6
         torch.cuda.synchronize()
     res["sdpa_bytes"] = sdpa_bytes
+    if ARGS.variant:
+        print(f"  variants of {kind} B={B} L={L} (plan: kernel {kernel}, S={S_def}):", flush=True)
+        inputs = (q, cache, bt, seq_lens, lay, scale, out, qsl if kind == "verify" else None,
+                  kt if kind == "verify" else None, vt if kind == "verify" else None)
+        res["variant_timings"] = time_variants(kind, ours, inputs, cache_bytes, copy_bps, S_def)
     if ARGS.tune:
         variants = {}
         for key, t, s2 in tune_variants(kind, B, D, QL * (Hq // Hk), S):
@@ -617,8 +693,27 @@ def main():
         print(f"{shape:34s} {r['upstream_in_graph_ms']:11.4f} {r['ours_in_graph_ms']:9.4f} {r['sdpa_in_graph_ms']:9.4f} "
               f"{r['upstream_in_graph_ms'] / r['ours_in_graph_ms']:8.1f} {r['ours_in_graph_pct_copy']:10.1f} "
               f"{r['sdpa_in_graph_pct_copy']:10.1f}")
+    if ARGS.variant:
+        print()
+        print(f"Variants (write flush unless --flush; % of the run's copy rate; {info['device']})")
+        print(f"{'shape':34s} {'variant':52s} {'per replay':>16s} {'in a graph':>16s} {'rel_err':>8s}")
+        for r in info["rows"]:
+            print(f"{_shape_label(r):34s} {'plan (kernel ' + r['kernel'] + ', S=' + str(r['splits']) + ')':52s} "
+                  f"{r['ours_ms']:9.4f} ({r['ours_pct_copy']:4.1f}) {r['ours_in_graph_ms']:9.4f} "
+                  f"({r['ours_in_graph_pct_copy']:4.1f})")
+            for v in r.get("variant_timings", []):
+                if "ms" in v:
+                    print(f"{'':34s} {v['variant'][:52]:52s} {v['ms']:9.4f} ({v['pct_copy']:4.1f}) "
+                          f"{v['in_graph_ms']:9.4f} ({v['in_graph_pct_copy']:4.1f}) {v['rel_err']:8.2e}"
+                          + ("" if v["ok"] else " BAD"))
+                else:
+                    print(f"{'':34s} {v['variant'][:52]:52s} not timed ({v.get('error', 'wrong')[:60]})")
     bad = [c for c in info["checks"] if not c["ok"]]
     print(f"checks: {len(info['checks']) - len(bad)}/{len(info['checks'])} ok")
+    bad_variants = [v for r in info["rows"] for v in r.get("variant_timings", []) if not v["ok"]]
+    if ARGS.variant:
+        print(f"variants: {len(bad_variants)} wrong or failed")
+    bad += bad_variants
     if ARGS.json:
         Path(ARGS.json).write_text(json.dumps(info, indent=1))
     return 1 if bad else 0
