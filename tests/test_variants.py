@@ -17,7 +17,8 @@ from gqueue.model.variants import Candidate, admits, resolve, retired_problems
 from synth import BASE_FILES, Queue, make_queue, make_sdist, sha256, unified
 
 OLD = dict(BASE_FILES)
-NEW = dict(BASE_FILES, **{"vllm/util.py": BASE_FILES["vllm/util.py"].replace("return x + 7\n", "return x + 7 * 1\n")})
+NEW = dict(BASE_FILES, **{"vllm/util.py": BASE_FILES["vllm/util.py"].replace("return x + 7\n", "return x + 7 * 1\n")
+                          .replace("return x + 20\n", "return x + 20 * 1\n")})
 RETIRED = "retired: {in: '0.2.0', reason: fixed-upstream, by: 'vllm#123', test: 'tests/patches/test_R2.py::test_upstream'}\n"
 
 
@@ -253,3 +254,68 @@ def test_lint_checks_the_retired_field_and_a_variants_id(tmp_path: Path) -> None
     _set(q, "R2-r.patch", "applies_to: {vllm: '<0.2'}", "applies_to: {vllm: '<0.3'}")
     found = {(f[0], f[1]): f[2] for f in _lint(q)}
     assert "retired in 0.2.0, but applies_to.vllm '<0.3' admits 0.2.0" in found[("queue/R2-r.patch", "header-retired")]
+
+
+# --- rebase --keep-old ----------------------------------------------------------------------------------
+
+
+def rebase_queue(tmp_path: Path) -> Queue:
+    """On 0.1.0, with 0.2.0 as 'next': K1 moves as it is, K2 lands by a three-way merge (its context
+    changed), K3 conflicts (0.2.0 rewrote the line it edits)."""
+    q = make_queue(tmp_path, OLD, version="0.1.0")
+    new = make_sdist(tmp_path / "upstream-new", "0.2.0", NEW)
+    with (q.root / "vendor-pin.txt").open("a") as f:
+        f.write(f"next {new.as_uri()}#sha256={sha256(new)}\n")
+    util = OLD["vllm/util.py"]
+    rng = "applies_to: {vllm: '>=0.1.0,<0.2'}\n"
+    q.write_patch("K1-same.patch", unified("vllm/util.py", util, _edit(util, "return x + 30\n", "return x + 300\n")), extra=rng)
+    q.write_patch("K2-merge.patch", unified("vllm/util.py", util, _edit(util, "def f8(x):\n", "def f8(x):  # k2\n")), extra=rng)
+    q.write_patch("K3-gone.patch", unified("vllm/util.py", util, _edit(util, "return x + 20\n", "return x + 200\n")), extra=rng)
+    q.set_series("K1-same.patch", "K2-merge.patch", "K3-gone.patch")
+    q.run("checkout")
+    q.run("push", "--all")
+    return q
+
+
+def test_rebase_keep_old_keeps_changed_diffs_as_variants_and_retires_for_the_new_pin_only(tmp_path: Path) -> None:
+    q = rebase_queue(tmp_path)
+    k2_before = (q.root / "queue/K2-merge.patch").read_text()
+    k3_diff = (q.root / "queue/K3-gone.patch").read_text().split("...\n", 1)[1]
+    stopped = q.run("rebase", "--pin", "next", "--keep-old", "rollback", check=False)
+    assert stopped.returncode == 3 and "K3-gone.patch" in stopped.stdout
+    assert q.run("rebase", "--continue", "--upstream", "vllm#42", check=False).returncode == 2  # only with --retire
+    done = json.loads(q.run("rebase", "--retire", "--reason", "obsolete", "--upstream", "vllm#42", "--json").stdout)
+    assert done["result"]["done"] and done["result"]["summary"]["variants"] == ["K2-merge.patch"]
+    assert done["result"]["summary"]["retired"] == ["K3-gone.patch"]
+    k1 = (q.root / "queue/K1-same.patch").read_text()
+    assert "vllm: '>=0.1.0'" in k1 or 'vllm: ">=0.1.0"' in k1 or "vllm: '>=0.1.0'" in k1.replace('"', "'")
+    assert not (q.root / "queue/variants/0.1.0/K1-same.patch").exists()  # the same change: one file, widened
+    variant = (q.root / "queue/variants/0.1.0/K2-merge.patch").read_text()
+    assert variant.split("...\n", 1)[1] == k2_before.split("...\n", 1)[1]  # the old diff as it was
+    assert ">=0.1.0,<0.2.0" in variant
+    k2 = (q.root / "queue/K2-merge.patch").read_text()
+    assert ">=0.2.0" in k2 and "return x + 7 * 1" in k2
+    k3 = (q.root / "queue/K3-gone.patch").read_text()
+    assert k3.split("...\n", 1)[1] == k3_diff and ">=0.1.0,<0.2.0" in k3
+    assert "retired:" in k3 and "reason: obsolete" in k3 and "vllm#42" in k3 and "in: 0.2.0" in k3.replace("'", "")
+    assert "K3-gone.patch" in q.run("series").stdout.split()  # still carried on the rollback pin
+    assert q.run("applied").stdout.split() == ["K1-same.patch", "K2-merge.patch", "K3-gone.patch"]
+    assert "return x + 200" not in (q.work / "vllm/util.py").read_text()
+    pins = (q.root / "vendor-pin.txt").read_text()
+    assert "\npin " in "\n" + pins and "\nrollback " in pins
+    assert _lint(q) == []
+    doc = json.loads(q.run("check", "--json").stdout)
+    main, rollback = doc["pins"]
+    assert doc["ok"] and {p["name"]: p["status"] for p in main["patches"]}["K3-gone.patch"] == "n/a"
+    assert {p["name"]: p["patch_file"] for p in rollback["patches"]}["K2-merge.patch"] == "queue/variants/0.1.0/K2-merge.patch"
+    q.run("pop", "--all")
+    q.run("push", "--all")
+
+
+def test_rebase_abort_removes_the_variants_it_wrote(tmp_path: Path) -> None:
+    q = rebase_queue(tmp_path)
+    q.run("rebase", "--pin", "next", "--keep-old", "rollback", check=False)
+    assert (q.root / "queue/variants/0.1.0/K2-merge.patch").exists()
+    q.run("rebase", "--abort")
+    assert not (q.root / "queue/variants/0.1.0/K2-merge.patch").exists()
+    assert "applies_to: {vllm: '>=0.1.0,<0.2'}" in (q.root / "queue/K2-merge.patch").read_text()

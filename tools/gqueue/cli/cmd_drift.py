@@ -245,10 +245,17 @@ def render_github(report: d.CheckReport, queue_dir: Path) -> list[str]:
 @click.option("--abort", is_flag=True, help="Put back the old pin, series, queue and work tree exactly.")
 @click.option("--keep-old", "keep_old", metavar="LABEL",
               help="With --pin: when the rebase completes, keep the old pin in vendor-pin.txt under LABEL "
-                   "(such as rollback), so check goes on checking the queue there.")
+                   "(such as rollback), so check goes on checking the queue there; a patch whose diff changes "
+                   "keeps its old diff as queue/variants/<old release>/NAME.")
+@click.option("--reason", type=click.Choice(["fixed-upstream", "obsolete"]), default=None,
+              help="With --retire: why (the header's retired.reason; default fixed-upstream).")
+@click.option("--upstream", "upstream", metavar="REF",
+              help="With --retire: the upstream change that made the patch unneeded (vllm#NNNN or a commit).")
+@click.option("--test", "test", metavar="NODEID",
+              help="With --retire: the test that shows the new release behaves right without the patch.")
 @boundary("rebase")
 def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, retire: bool, abort: bool,
-           keep_old: str | None) -> Result:
+           keep_old: str | None, reason: str | None, upstream: str | None, test: str | None) -> Result:
     """Move the stack to a new pin with three-way merges, refreshing every patch that lands."""
     chosen = [name for name, on in (("--pin", pin_spec is not None), ("--continue", continue_),
                                     ("--skip", skip), ("--retire", retire), ("--abort", abort)) if on]
@@ -256,6 +263,9 @@ def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, ret
         raise UsageError("give exactly one of --pin SPEC, --continue, --skip, --retire, --abort")
     if keep_old is not None and pin_spec is None:
         raise UsageError("--keep-old goes with --pin (it is decided when the rebase starts)")
+    given = [o for o, v in (("--reason", reason), ("--upstream", upstream), ("--test", test)) if v is not None]
+    if given and not retire:
+        raise UsageError(f"{', '.join(given)} go(es) with --retire")
     if abort:
         result = rebase_op.abort(ws)
     elif continue_:
@@ -263,7 +273,8 @@ def rebase(ws: Workspace, pin_spec: str | None, continue_: bool, skip: bool, ret
     elif skip:
         result = rebase_op.resume(ws, skip=True)
     elif retire:
-        result = rebase_op.resume(ws, retire=True)
+        why = rebase_op.Retirement(reason or "fixed-upstream", upstream, test) if given else None
+        result = rebase_op.resume(ws, retire=True, why=why)
     else:
         assert pin_spec is not None
         result = rebase_op.start(ws, pin_spec, keep_old=keep_old)

@@ -390,7 +390,10 @@ class Tally:
     retired: list[str] = field(default_factory=list)
     by_hand: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)  # --keep-old: the old diff kept as a variant
+    not_carried: list[str] = field(default_factory=list)  # n/a on the old pin: passed over as they are
 
     def to_json(self) -> dict[str, list[str]]:
         return {"moved": self.moved, "merged": self.merged, "retired": self.retired,
-                "by_hand": self.by_hand, "skipped": self.skipped}
+                "by_hand": self.by_hand, "skipped": self.skipped, "variants": self.variants,
+                "not_carried": self.not_carried}

@@ -451,10 +451,13 @@ def check_pins(series: Series, views: dict[str, HeaderView], pins: list[tuple[st
     carried on a pin requires only patches carried there."""
     out: list[Finding] = []
     shown = ", ".join(described for described, _v in pins)
+    listed = set(series.names)
     for name, view in views.items():
         spec = vllm_spec(view.raw) if view.parsed else None
         if spec is None or any(admits(spec, version) for _d, version in pins):
             continue
+        if name not in listed and not _is_variant(name) and view.lifecycle in INACTIVE_LIFECYCLES:
+            continue  # out of the series as retired: a record (queue-unlisted keeps it too)
         what = ("delete it (docs/RETIRED.md keeps the record)" if view.raw.get("retired") is not None
                 else "delete it or retire the patch")
         out.append(_f(view, "applies_to", "applies-to-pin",

@@ -140,3 +140,67 @@ def retired_problems(retired: Any) -> list[tuple[str | None, str]]:
         if key in retired and not isinstance(retired[key], str):
             out.append((key, f"retired.{key} must be a string"))
     return out
+
+
+# --- what a rebase that keeps the old pin writes ------------------------------------------------------
+
+
+def _lower_bounds(spec: str | None) -> list[str]:
+    if spec is None:
+        return []
+    try:
+        parsed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return []
+    return sorted(str(s) for s in parsed if s.operator in (">=", ">"))
+
+
+def bounded_below(spec: str | None, release: str) -> str:
+    """``spec`` cut off below ``release`` (its lower bounds kept): the range of the old pin's
+    variant once ``release`` gets a diff of its own, or of a patch retired in ``release``."""
+    return ",".join([*_lower_bounds(spec), f"<{release}"])
+
+
+def widened(spec: str | None, old: str, new: str) -> str | None:
+    """A range that admits both ``old`` and ``new`` (``spec``'s lower bounds, else ``>=old``);
+    None where ``spec`` admits both already."""
+    if admits(spec, old) and admits(spec, new):
+        return None
+    lows = [b for b in _lower_bounds(spec) if admits(b, old)]
+    return ",".join(lows) if lows else f">={old}"
+
+
+def from_release(release: str) -> str:
+    """The range of a main file rewritten for ``release``."""
+    return f">={release}"
+
+
+def with_vllm_range(applies_to: Any, spec: str) -> Any:
+    """The ``applies_to`` value with its vllm range set to ``spec`` (other keys kept)."""
+    if isinstance(applies_to, dict):
+        return {**applies_to, "vllm": spec}
+    return {"vllm": spec}
+
+
+def retired_field(release: str, reason: str, by: str | None = None, test: str | None = None) -> dict[str, str]:
+    field = {"in": release, "reason": reason}
+    if by:
+        field["by"] = by
+    if test:
+        field["test"] = test
+    return field
+
+
+def same_change(old_body: bytes, new_body: bytes, strip: int = 1) -> bool:
+    """Whether two diffs make the same change: the same files, hunk for hunk the same lines; only
+    where they land (the ``@@`` numbers) and the preimage blobs (``index`` lines) may differ. One
+    such diff applies on either release (at an offset), so one file can serve both."""
+    from .diff import parse_diff
+
+    def shape(body: bytes) -> list[tuple[str | None, str | None, list[tuple[tuple[bytes, bytes], ...]]]]:
+        return [(fd.old_path, fd.new_path, [h.lines for h in fd.hunks]) for fd in parse_diff(body, strip=strip)]
+
+    try:
+        return shape(old_body) == shape(new_body)
+    except FormatError:
+        return False

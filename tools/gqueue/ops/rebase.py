@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,14 @@ from ..model import drift as d
 from ..model.patch import PatchFile, format_patch, parse_patch, with_body, with_fields
 from ..model.pin import Pin, format_pin_line, parse_pins
 from ..model.series import parse_series
+from ..model.variants import (RETIRE_REASONS, Resolution, bounded_below, from_release, retired_field, retired_text,
+                              same_change, variant_file, widened, with_vllm_range)
 from ..vcs.git import BRANCH, CommitSpec
 from .drift import pin_commit, read_patch_quick, resolve_pin, touched_paths
 from .drift_engine import PatchRun, SeriesRun
 from .engine import file_diffs
-from .stackops import PENDING, check_stack_matches, commit_author, commit_message, require_clean, require_refreshed
+from .stackops import (DEFAULT_AUTHOR, PENDING, check_stack_matches, commit_author, commit_message, not_carried_message,
+                       require_clean, require_refreshed)
 from .transaction import move, save_local_changes
 from .workspace import Workspace
 
@@ -74,6 +77,10 @@ class RebaseResult:
         ]
         if t.skipped:
             lines.append(f"  skipped (parked): {len(t.skipped)}  ({', '.join(t.skipped)})")
+        if t.variants:
+            lines.append(f"  old diff kept as a variant: {len(t.variants)}  ({', '.join(t.variants)})")
+        if t.not_carried:
+            lines.append(f"  not carried on the old pin (left as they are): {len(t.not_carried)}  ({', '.join(t.not_carried)})")
         if self.stopped and self.report is not None:
             lines.append("")
             lines.append(f"{self.stopped}: {self.report.status}")
@@ -146,6 +153,8 @@ def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseRes
     require_clean(ws, "rebase")
     new_base = pin_commit(ws, new_pin)
     _require_readable(ws, series.names)
+    if keep_old is not None:
+        _require_main_files(ws, series.names, old_pin)
     main_line = format_pin_line(Pin("pin", new_pin.source, new_pin.project, new_pin.version, new_pin.url, new_pin.options))
     keep_line = _keep_line(ws, old_pin, new_pin, keep_old) if keep_old is not None else ""
     _save_originals(ws, series.names)
@@ -154,10 +163,23 @@ def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseRes
         "old_base": ws.base_commit(old_pin), "new_base": new_base, "old_head": stack.head,
         "todo": series.names, "done": [], "stopped": None, "written": [],
         "tally": d.Tally().to_json(), "keep_line": keep_line,
+        "variants": keep_old is not None, "old_version": old_pin.version, "new_version": new_pin.version,
+        "new_files": [],
     }
     _save(ws, state)
     atomic_write(ws.state_dir / OVERRIDE, main_line.encode())
     return _proceed(ws, state, head=new_base)
+
+
+def _require_main_files(ws: Workspace, names: list[str], old_pin: Pin) -> None:
+    """With --keep-old the rebase moves queue/NAME and keeps its old diff as the old release's
+    variant: refused (nothing changed) where the old release is already served by a variant."""
+    for name in names:
+        found, _patch = ws.store.resolve(name, old_pin.version)
+        if found.variant:
+            raise UsageError(f"{found.file} serves {old_pin.describe()}, not queue/{name}: --keep-old moves the "
+                             "main files (and keeps their old diffs as variants)",
+                             path=f"queue/{found.file}", hint="rebase from the pin queue/NAME serves")
 
 
 def _keep_line(ws: Workspace, old_pin: Pin, new_pin: Pin, label: str) -> str:
@@ -177,10 +199,23 @@ def _keep_line(ws: Workspace, old_pin: Pin, new_pin: Pin, label: str) -> str:
     return format_pin_line(Pin(label, old_pin.source, old_pin.project, old_pin.version, old_pin.url, old_pin.options))
 
 
-def resume(ws: Workspace, *, skip: bool = False, retire: bool = False) -> RebaseResult:
-    """Go on at the stopped patch: carried as refreshed (default), parked (``skip``) or retired as
-    fixed upstream (``retire``: the new pin does what it did, in its own way, so no hunk of it is
-    wanted there)."""
+@dataclass(frozen=True)
+class Retirement:
+    """Why ``--retire`` retires the stopped patch: the reason, the upstream change, the test."""
+
+    reason: str = "fixed-upstream"
+    by: str | None = None
+    test: str | None = None
+
+
+def resume(ws: Workspace, *, skip: bool = False, retire: bool = False,
+           why: Retirement | None = None) -> RebaseResult:
+    """Go on at the stopped patch: carried as refreshed (default), parked (``skip``) or retired
+    (``retire``: the new pin does what it did, in its own way, or the code is gone, so no hunk
+    of it is wanted there; ``why`` says which, and by what upstream change)."""
+    why = why or Retirement()
+    if why.reason not in RETIRE_REASONS:
+        raise UsageError(f"--reason {why.reason}: one of {', '.join(RETIRE_REASONS)}")
     state = _load(ws)
     stopped = state.get("stopped")
     if stopped is None:
@@ -201,13 +236,17 @@ def resume(ws: Workspace, *, skip: bool = False, retire: bool = False) -> Rebase
         below = stack.commit_below(len(stack.applied) - 1)
         move(ws, stack.head, below, op=op, force=True)
         ws.needs_refresh_path.unlink(missing_ok=True)
-        if retire:  # the patch file keeps its diff (what it did on the old pin); the header says where it went
-            _retire(ws, ws.store.read_patch(stopped), state["to"])
+        if retire and state.get("variants"):  # it stays in the series for the old pin, not carried on the new
+            head = _retire_kept(ws, state, ws.store.read_patch(stopped), why, below)
+            tally.retired.append(stopped)
+        elif retire:  # the patch file keeps its diff (what it did on the old pin); the header says where it went
+            _retire(ws, ws.store.read_patch(stopped), state["to"], why, state.get("new_version"))
             tally.retired.append(stopped)
         else:
             _park(ws, stopped, state["to"])
             tally.skipped.append(stopped)
-        head = below
+        if not (retire and state.get("variants")):
+            head = below
     else:
         if ws.needs_refresh_path.exists():
             raise StateError(f"{stopped} has not been refreshed since the rebase stopped",
@@ -219,6 +258,12 @@ def resume(ws: Workspace, *, skip: bool = False, retire: bool = False) -> Rebase
         _remove_written(ws, state)  # only once the patch is settled: until then they guide the fix
         require_clean(ws, "continue the rebase")
         tally.by_hand.append(stopped)
+        if state.get("variants"):
+            original = _originals(ws).get(f"queue/{stopped}")
+            if original is not None:
+                before = parse_patch(original, name=stopped, path=f"queue/{stopped}")
+                strip = ws.store.read_series().entries[ws.store.read_series().index(stopped)].strip
+                _write_patches(ws, _keep_old_diff(ws, state, before, ws.store.read_patch(stopped), strip, tally))
         head = stack.head
     state["done"].append(stopped)
     state["stopped"] = None
@@ -302,6 +347,8 @@ def abort(ws: Workspace) -> RebaseResult:
     save_local_changes(ws, "rebase-abort")  # a resolution begun in work/
     originals = _originals(ws)
     _copy_replaced(ws, originals)
+    for rel in state.get("new_files", []):  # variants the rebase wrote: made from the originals it puts back
+        (ws.store.root / rel).unlink(missing_ok=True)
     ws.write_journal({"op": "rebase-abort", "old": ws.repo.head(), "new": state["old_head"]})
     ws.repo.checkout_fresh(state["old_head"])
     ws.repo.update_ref(BRANCH, state["old_head"])
@@ -370,21 +417,34 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
             if name in tally.skipped:  # not on the new pin: what requires it is blocked
                 run.mark_failed(earlier, strip)
     specs: list[CommitSpec] = []
-    landed: list[PatchFile] = []
+    landed: list[tuple[int, PatchFile]] = []  # (index in specs, patch)
     strips: list[int] = []
     stop: tuple[PatchFile, PatchRun, int] | None = None
+    old_version, keep = state.get("old_version"), bool(state.get("variants"))
     for entry, patch in patches:
         name = entry.name
         ws.reporter.progress(f"rebasing {name}")
+        if old_version is not None and not ws.store.resolve(name, old_version, line=entry.line)[0].carried:
+            # not carried on the old pin (its empty commit there): nothing to move, it stays as it is
+            reason = ws.store.resolve(name, state["new_version"], line=entry.line)[0].reason or "not carried"
+            specs.append(_empty_commit(patch, state, reason))
+            tally.not_carried.append(name)
+            state["done"].append(name)
+            continue
         outcome = run.run(patch, entry.strip)
         status = outcome.report.status
         if status == d.UPSTREAM or (outcome.landed and outcome.report.hunks and not outcome.changes):
             # all upstream, at the file's new place too when it was renamed
-            _retire(ws, patch, state["to"])
+            if keep:  # still carried on the old pin: it stays in the series, retired on the new one
+                kept = _retired_kept(patch, state, Retirement())
+                ws.store.write_patch(kept)
+                specs.append(_empty_commit(kept, state, retired_text(kept.meta.get("retired"))))
+            else:
+                _retire(ws, patch, state["to"])
             tally.retired.append(name)
         elif outcome.landed and (outcome.changes or not outcome.report.hunks):  # an empty patch moves as is
+            landed.append((len(specs), patch))
             specs.append(CommitSpec(commit_message(patch), outcome.changes, commit_author(patch)))
-            landed.append(patch)
             strips.append(entry.strip)
             if status in (d.CLEAN, d.OFFSET):
                 tally.moved.append(name)
@@ -399,13 +459,18 @@ def _proceed(ws: Workspace, state: dict[str, Any], *, head: str) -> RebaseResult
     if specs:
         commits = ws.repo.write_commits(head, specs, PENDING)
         parents = [head, *commits[:-1]]
-        pairs = list(zip(parents, commits))[: len(landed)]
+        pairs = [(parents[i], commits[i]) for i, _p in landed]
         bodies = ws.repo.diff_pairs(pairs)
         for strip in set(strips) - {1}:  # -pN entries other than -p1: names with N leading components
             which = [i for i, s in enumerate(strips) if s == strip]
             for i, body in zip(which, ws.repo.diff_pairs([pairs[i] for i in which], strip=strip)):
                 bodies[i] = body
-        _write_patches(ws, [with_body(p, b) for p, b in zip(landed, bodies) if b != p.body])
+        if keep:
+            writes = [w for (_i, p), b, strip in zip(landed, bodies, strips)
+                      for w in _keep_old_diff(ws, state, p, with_body(p, b), strip, tally)]
+        else:
+            writes = [with_body(p, b) for (_i, p), b in zip(landed, bodies) if b != p.body]
+        _write_patches(ws, writes)
         target = commits[-1]
     current = ws.repo.head()
     if current != target:
@@ -432,7 +497,8 @@ def _write_patches(ws: Workspace, patches: list[PatchFile]) -> None:
     """
     staged = []
     for patch in patches:
-        target = ws.store.patch_path(patch.name)
+        target = ws.store.patch_path(patch.stored_as)
+        target.parent.mkdir(parents=True, exist_ok=True)  # a variant's folder
         tmp = target.with_name(f".{target.name}.rebase.tmp")
         tmp.write_bytes(format_patch(patch))
         staged.append((tmp, target))
@@ -464,10 +530,72 @@ def _series_comment(ws: Workspace, name: str, comment: str) -> None:
     ws.store.write_series(parse_series("".join(lines), path="series"))
 
 
-def _retire(ws: Workspace, patch: PatchFile, pin: str) -> None:
-    """A patch fully upstream leaves the series; its header says where it landed."""
-    ws.store.write_patch(with_fields(patch, {"lifecycle": "merged_upstream", "merged_upstream_in": pin}))
+def _retire(ws: Workspace, patch: PatchFile, pin: str, why: Retirement | None = None,
+            release: str | None = None) -> None:
+    """A patch fully upstream leaves the series; its header says where it landed (and, given
+    ``why``, in a ``retired`` field, why: the reason, the upstream change, the test)."""
+    fields: dict[str, Any] = {"lifecycle": "merged_upstream", "merged_upstream_in": pin}
+    if why is not None and release is not None:
+        fields["retired"] = retired_field(release, why.reason, why.by, why.test)
+        fields["applies_to"] = with_vllm_range(patch.meta.get("applies_to"), bounded_below(patch.meta.vllm_spec, release))
+    ws.store.write_patch(with_fields(patch, fields))
     _series_comment(ws, patch.name, f"# merged upstream in {pin}: {patch.name}")
+
+
+# --- --keep-old: a queue carried on both pins ---------------------------------------------------------
+
+
+def _empty_commit(patch: PatchFile, state: dict[str, Any], reason: str) -> CommitSpec:
+    """The commit that keeps the place of a patch not carried on the new pin (as push makes it)."""
+    found = Resolution(patch.name, state["new_version"], None, reason, patch.meta.id)
+    return CommitSpec(not_carried_message(found, state["to"]), {}, DEFAULT_AUTHOR)
+
+
+def _retired_kept(patch: PatchFile, state: dict[str, Any], why: Retirement) -> PatchFile:
+    """The patch retired on the new release and kept for the old one: its old diff, its range
+    cut off below the new release, and a ``retired`` field saying why."""
+    release = state["new_version"]
+    return with_fields(patch, {
+        "applies_to": with_vllm_range(patch.meta.get("applies_to"), bounded_below(patch.meta.vllm_spec, release)),
+        "retired": retired_field(release, why.reason, why.by, why.test),
+    })
+
+
+def _retire_kept(ws: Workspace, state: dict[str, Any], patch: PatchFile, why: Retirement, below: str) -> str:
+    """--retire with --keep-old: the patch file as ``_retired_kept`` makes it, and its empty
+    commit on ``below`` (the stack keeps one commit per series entry); the new head."""
+    kept = _retired_kept(patch, state, why)
+    ws.store.write_patch(kept)
+    commit = ws.repo.write_commits(below, [_empty_commit(kept, state, retired_text(kept.meta.get("retired")))],
+                                   PENDING)[-1]
+    move(ws, below, commit, op="rebase")
+    ws.repo.delete_ref(PENDING)
+    return commit
+
+
+def _keep_old_diff(ws: Workspace, state: dict[str, Any], old: PatchFile, new: PatchFile, strip: int,
+                   tally: d.Tally) -> list[PatchFile]:
+    """The files to write for a patch carried to the new release while the old one stays gated.
+
+    The same change (only line numbers and preimage ids differ): one file, its range widened to
+    admit both releases. A changed diff: the new one in queue/NAME for the new release on, the old
+    file, as it was, kept as queue/variants/<old release>/NAME with its range cut off below the
+    new release."""
+    old_release, release = state["old_version"], state["new_version"]
+    spec = old.meta.vllm_spec
+    if same_change(old.body, new.body, strip):
+        wider = widened(spec, old_release, release)
+        if wider is None:
+            return [new] if new.body != old.body else []
+        return [with_fields(new, {"applies_to": with_vllm_range(old.meta.get("applies_to"), wider)})]
+    main = with_fields(new, {"applies_to": with_vllm_range(old.meta.get("applies_to"), from_release(release))})
+    kept = with_fields(old, {"applies_to": with_vllm_range(old.meta.get("applies_to"), bounded_below(spec, release))})
+    rel = variant_file(old_release, old.name)
+    if not ws.store.patch_path(rel).exists():
+        state.setdefault("new_files", []).append(f"queue/{rel}")
+        _save(ws, state)
+    tally.variants.append(old.name)
+    return [main, replace(kept, file=rel)]
 
 
 def _park(ws: Workspace, name: str, pin: str) -> None:

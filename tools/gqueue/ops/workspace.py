@@ -156,12 +156,15 @@ class Workspace:
                 pin: Pin | None = None) -> tuple[Resolution, PatchFile | None]:
         """The file series entry ``name`` uses on ``pin`` (default: the stack's), read; None
         where the patch is not carried there (model/variants.py)."""
+        if self.rebasing():  # the rebase moves the main files onto the new pin, whatever their ranges say
+            patch = self.store.read_patch(name, line=line)
+            return Resolution(name, (pin or self.pin()).version, name, patch_id=patch.meta.id), patch
         return self.store.resolve(name, (pin or self.pin()).version, line=line)
 
     def read_patch(self, name: str, *, line: int | None = None, pin: Pin | None = None) -> PatchFile:
         """The patch entry ``name`` carries on ``pin`` (default: the stack's); refuses one not carried."""
         pin = pin or self.pin()
-        found, patch = self.store.resolve(name, pin.version, line=line)
+        found, patch = self.resolve(name, line=line, pin=pin)
         if patch is None:
             raise StateError(f"'{name}' is not carried on {pin.describe()}: {found.reason}", path=f"queue/{name}",
                              ref="not-carried")
