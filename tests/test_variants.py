@@ -15,6 +15,7 @@ import pytest
 from gqueue.errors import FormatError
 from gqueue.model.variants import Candidate, admits, resolve, retired_problems
 from synth import BASE_FILES, Queue, make_queue, make_sdist, sha256, unified
+from test_bisect_pins import Index, index  # noqa: F401 - the local package index fixture
 
 OLD = dict(BASE_FILES)
 NEW = dict(BASE_FILES, **{"vllm/util.py": BASE_FILES["vllm/util.py"].replace("return x + 7\n", "return x + 7 * 1\n")
@@ -319,3 +320,30 @@ def test_rebase_abort_removes_the_variants_it_wrote(tmp_path: Path) -> None:
     q.run("rebase", "--abort")
     assert not (q.root / "queue/variants/0.1.0/K2-merge.patch").exists()
     assert "applies_to: {vllm: '>=0.1.0,<0.2'}" in (q.root / "queue/K2-merge.patch").read_text()
+
+
+def _index_with_wheels(index: Index, *versions: str) -> None:
+    doc = json.loads(index.routes["/simple/vllm/"][1])
+    for version in versions:
+        doc["files"].append({"filename": f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl",
+                             "url": f"{index.url}/files/vllm-{version}.whl", "hashes": {"sha256": version[-1] * 64}})
+    index.routes["/simple/vllm/"] = ("application/vnd.pypi.simple.v1+json", json.dumps(doc).encode())
+
+
+def test_pin_record_wheel_fills_every_index_pin_and_rebase_keeps_the_new_pins_wheel(tmp_path: Path, index: Index) -> None:  # noqa: F811
+    _index_with_wheels(index, "0.1.0", "0.1.1", "0.1.2")
+    root = tmp_path / "q"
+    (root / "queue").mkdir(parents=True)
+    (root / "series").write_text("")
+    (root / "vendor-pin.txt").write_text("pin vllm==0.1.0\nrollback vllm==0.1.1\n")
+    q = Queue(root)
+    q.run("pin", "--record", "--wheel")
+    lines = (root / "vendor-pin.txt").read_text().splitlines()
+    assert f"wheel=sha256:{'0' * 64}" in lines[0] and f"wheel=sha256:{'1' * 64}" in lines[1]
+    assert "wheel-file=vllm-0.1.1-cp38-abi3-manylinux_2_28_x86_64.whl" in lines[1]
+    q.run("checkout")
+    q.run("rebase", "--pin", "vllm==0.1.2", "--keep-old", "old")
+    lines = (root / "vendor-pin.txt").read_text().splitlines()
+    assert lines[0].startswith("pin vllm==0.1.2 ") and f"wheel=sha256:{'2' * 64}" in lines[0]
+    assert "wheel-file=vllm-0.1.2-cp38-abi3-manylinux_2_28_x86_64.whl" in lines[0]
+    assert lines[1].startswith("old vllm==0.1.0 ") and f"wheel=sha256:{'0' * 64}" in lines[1]

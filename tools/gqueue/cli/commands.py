@@ -50,7 +50,7 @@ def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
 
 @click.command()
 @click.option("--record", is_flag=True, help="Fill in missing sdist sha256s of vendor-pin.txt from the index.")
-@click.option("--wheel", is_flag=True, help="With --record: also the binary wheel's sha256 and file name.")
+@click.option("--wheel", is_flag=True, help="With --record: also each index pin's binary wheel sha256 and file name.")
 @boundary("pin")
 def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
     """Show the pins of vendor-pin.txt; --record fills in their hashes from the index."""
@@ -59,7 +59,7 @@ def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
         from ..upstream.resolve import record_hashes  # the download stack loads only here
 
         for entry in pins.pins:
-            pins = pins.with_line(record_hashes(entry, wheel=wheel and entry.label == "pin"))
+            pins = pins.with_line(record_hashes(entry, wheel=wheel))  # every pin: build --pin needs its wheel
         ws.store.write_pins(pins)
     rows = [{"label": p.label, "source": p.source, "kind": p.kind, "project": p.project, "version": p.version,
              "identity": p.identity, "sdist_sha256": p.sdist_sha256, "wheel_sha256": p.wheel_sha256,

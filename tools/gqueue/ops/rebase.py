@@ -143,7 +143,7 @@ def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseRes
         raise StateError("a rebase is already in progress", hint="'gqueue rebase --continue', '--skip', '--retire' or '--abort'")
     ws.require_work()
     old_pin = ws.pin()
-    new_pin = resolve_pin(ws, spec)
+    new_pin = _with_wheel(ws, resolve_pin(ws, spec))
     if (new_pin.project, new_pin.version) == (old_pin.project, old_pin.version) and new_pin.url == old_pin.url:
         raise UsageError(f"the stack is already on {old_pin.describe()}")
     series = ws.store.read_series()
@@ -169,6 +169,20 @@ def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseRes
     _save(ws, state)
     atomic_write(ws.state_dir / OVERRIDE, main_line.encode())
     return _proceed(ws, state, head=new_base)
+
+
+def _with_wheel(ws: Workspace, pin: Pin) -> Pin:
+    """An index pin with its binary wheel's sha256 and file name where the index has one (the new
+    pin line keeps them, as the old one had them: ``build`` needs them)."""
+    if pin.kind != "index" or "wheel" in pin.options:
+        return pin
+    from ..upstream.resolve import record_hashes  # the download stack loads only here
+
+    try:
+        return record_hashes(pin, wheel=True)
+    except GqueueError as exc:
+        ws.reporter.note(f"{pin.describe()}: no wheel hash recorded ({exc.message}); 'gqueue pin --record --wheel' adds it later")
+        return pin
 
 
 def _require_main_files(ws: Workspace, names: list[str], old_pin: Pin) -> None:
