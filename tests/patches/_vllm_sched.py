@@ -209,10 +209,15 @@ def model_output(scheduler_output, sampled: dict[str, list[int]]):
     """A ModelRunnerOutput for the requests of ``scheduler_output`` (others get no tokens)."""
     from vllm.v1.outputs import ModelRunnerOutput
 
+    import dataclasses
+
     req_ids = list(scheduler_output.num_scheduled_tokens)
+    fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    # 0.34.0 dropped req_id_to_index: the scheduler indexes by req_ids itself.
+    index = {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}} if "req_id_to_index" in fields else {}
     return ModelRunnerOutput(
         req_ids=req_ids,
-        req_id_to_index={r: i for i, r in enumerate(req_ids)},
+        **index,
         sampled_token_ids=[list(sampled.get(r, [])) for r in req_ids],
         logprobs=None,
         prompt_logprobs_dict={},

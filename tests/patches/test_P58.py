@@ -1,10 +1,20 @@
-"""P58: async scheduling never ships -1 draft placeholders the worker cannot fill."""
+"""P58: async scheduling never ships -1 draft placeholders the worker cannot fill.
+
+The -1s could reach the model only through the V1 model runner, which filled a request's
+draft slots from its slot in the previous batch (P58 was already skipped under the V2
+runner). vLLM 0.34.0 has only the V2 runner, which writes each request's own drafts, kept
+by request state, into the input ids: P58 is obsolete there. Its own tests run on the
+releases that carry it; ``test_upstream_*`` checks pristine 0.34.0.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from _pins import only_on
 from _vllm_sched import create_requests, create_scheduler, model_output, tiny_model_dir
+
+CARRIED = only_on("<0.34", "P58 is retired on 0.34.0 (obsolete: no V1 model runner)")
 
 K = 2
 
@@ -46,6 +56,7 @@ def _leaks(outputs):
     ]
 
 
+@CARRIED
 def test_fixed_no_placeholders_for_requests_absent_from_previous_step(switch, model_dir):
     switch("P58", True)
     outputs = _run(model_dir)
@@ -62,6 +73,7 @@ def test_fixed_no_placeholders_for_requests_absent_from_previous_step(switch, mo
     assert nxt.num_scheduled_tokens["long0"] == 1 + K
 
 
+@CARRIED
 def test_fixed_requests_in_previous_step_keep_their_placeholders(switch, model_dir):
     switch("P58", True)
     outputs = _run(model_dir)
@@ -75,6 +87,7 @@ def test_fixed_requests_in_previous_step_keep_their_placeholders(switch, model_d
     assert total == off_total - K
 
 
+@CARRIED
 def test_off_behaves_like_upstream_and_leaks(switch, model_dir):
     switch("P58", False)
     outputs = _run(model_dir)
@@ -84,3 +97,56 @@ def test_off_behaves_like_upstream_and_leaks(switch, model_dir):
     assert rid == "long0"
     out, _ = outputs[step]
     assert out.num_scheduled_tokens["long0"] == 1 + K
+
+
+# The V2 model runner's input step, under Triton's CPU interpreter: a request left out of
+# the previous batch (request state 3) is put in batch slot 0 with K draft slots, and the
+# input buffer holds -1 where a worker filling from the scheduler's lists would look.
+_V2_FILL = """
+import vllm.platforms
+vllm.platforms.vllm_version_matches_substr = lambda substr: False  # a source tree is no CPU build
+import json
+import torch
+from vllm.v1.worker.gpu.input_batch import combine_sampled_and_draft_tokens
+K = 2
+# Request states: 1 = the neighbour, 3 = the request left out of the previous step.
+draft = torch.zeros(4, K, dtype=torch.int64)
+draft[1] = torch.tensor([51, 52])
+draft[3] = torch.tensor([41, 42])
+last = torch.zeros(4, 1, dtype=torch.int64)
+last[1], last[3] = 50, 40
+prefill_len = torch.tensor([0, 3, 0, 2], dtype=torch.int32)
+# This step's batch: the starved request first (a slot it did not have before).
+idx_mapping = torch.tensor([3, 1], dtype=torch.int64)
+query_start_loc = torch.tensor([0, 1 + K, 2 + 2 * K], dtype=torch.int32)
+seq_lens = torch.tensor([10, 12], dtype=torch.int32)
+cu_num_logits = torch.tensor([0, 1 + K, 2 + 2 * K], dtype=torch.int32)
+# What a worker filling from the scheduler's lists would find there.
+input_ids = torch.full((2 + 2 * K,), -1, dtype=torch.int32)
+combine_sampled_and_draft_tokens(
+    input_ids, idx_mapping, last, query_start_loc, seq_lens, prefill_len, draft, cu_num_logits, 2 + 2 * K, 1
+)
+print(json.dumps(input_ids.tolist()))
+"""
+
+
+def _v2_input_ids() -> list[int]:
+    from _interpreted import run_interpreted
+    from _pins import REPO, TREE
+
+    return run_interpreted(_V2_FILL, TREE, REPO / "kernels")
+
+
+@only_on(">=0.34", "0.34.0 has only the V2 model runner")
+def test_upstream_starved_request_decodes_its_own_drafts(model_dir):
+    """Pristine 0.34.0: the scheduler still gives the request it starved K draft
+    placeholders when it comes back (the worker needs their count), and the V2 runner
+    writes that request's own last token and drafts into the input ids, never a -1."""
+    outputs = _run(model_dir)
+    leaks = _leaks(outputs)
+    assert [rid for _, rid in leaks] == ["long0"]
+    step, _ = leaks[0]
+    out, _ = outputs[step]
+    assert out.scheduled_spec_decode_tokens["long0"] == [-1] * K
+    assert out.num_scheduled_tokens["long0"] == 1 + K
+    assert _v2_input_ids() == [40, 41, 42, 50, 51, 52]
