@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from gqueue.errors import FormatError
-from gqueue.model.variants import Candidate, admits, resolve, retired_problems
 from synth import BASE_FILES, Queue, make_queue, make_sdist, sha256, unified
 from test_bisect_pins import Index, index  # noqa: F401 - the local package index fixture
 
@@ -32,6 +31,8 @@ def _edit(text: str, old: str, new: str) -> str:
 
 
 def test_resolution_picks_the_one_file_that_admits_the_release() -> None:
+    from gqueue.model.variants import Candidate, resolve
+
     main = Candidate("A1-a.patch", ">=0.34.0")
     old = Candidate("variants/0.24.0/A1-a.patch", ">=0.24.0,<0.34")
     assert resolve("A1-a.patch", "0.34.0", [main, old]).file == "A1-a.patch"
@@ -43,6 +44,8 @@ def test_resolution_picks_the_one_file_that_admits_the_release() -> None:
 
 
 def test_resolution_gives_the_retired_reason_and_refuses_two_files_for_one_release() -> None:
+    from gqueue.model.variants import Candidate, resolve
+
     retired = {"in": "0.34.0", "reason": "fixed-upstream", "by": "vllm#39148", "test": "tests/patches/test_PN28.py::t"}
     found = resolve("PN28-x.patch", "0.34.0", [Candidate("PN28-x.patch", "<0.34", retired)])
     assert not found.carried
@@ -54,11 +57,15 @@ def test_resolution_gives_the_retired_reason_and_refuses_two_files_for_one_relea
 
 
 def test_admits_prereleases_and_leaves_unparsable_ranges_to_lint() -> None:
+    from gqueue.model.variants import admits
+
     assert admits(">=0.25.0.dev0", "0.25.0.dev3") and not admits("<0.25", "0.25.0")
     assert admits("not a range", "0.1.0")
 
 
 def test_retired_field_is_checked() -> None:
+    from gqueue.model.variants import retired_problems
+
     assert retired_problems({"in": "0.34.0", "reason": "obsolete"}) == []
     problems = dict(retired_problems({"in": "soon", "reason": "gone", "why": 1}))
     assert set(problems) == {"in", "reason", "why"}
@@ -347,3 +354,31 @@ def test_pin_record_wheel_fills_every_index_pin_and_rebase_keeps_the_new_pins_wh
     assert lines[0].startswith("pin vllm==0.1.2 ") and f"wheel=sha256:{'2' * 64}" in lines[0]
     assert "wheel-file=vllm-0.1.2-cp38-abi3-manylinux_2_28_x86_64.whl" in lines[0]
     assert lines[1].startswith("old vllm==0.1.0 ") and f"wheel=sha256:{'0' * 64}" in lines[1]
+
+
+def test_build_pin_builds_the_overlay_wheel_of_another_pins_resolved_stack(tmp_path: Path) -> None:
+    import zipfile
+
+    from gqueue.upstream import cache
+    from test_build import make_build_queue, make_wheel
+
+    q, _old_wheel = make_build_queue(tmp_path, OLD)
+    new_sdist = make_sdist(tmp_path / "upstream-new", "0.2.0", NEW)
+    new_wheel = make_wheel(tmp_path / "upstream-new", "0.2.0", NEW)
+    cache.fetch(new_wheel.as_uri(), sha256(new_wheel), new_wheel.name, where="test")
+    with (q.root / "vendor-pin.txt").open("a") as f:
+        f.write(f"next {new_sdist.as_uri()}#sha256={sha256(new_sdist)} wheel=sha256:{sha256(new_wheel)} "
+                f"wheel-file={new_wheel.name}\n")
+    util_new, util_old = NEW["vllm/util.py"], OLD["vllm/util.py"]
+    q.write_patch("A1-a.patch", unified("vllm/util.py", util_new, _edit(util_new, "return x + 7 * 1\n", "return x + 70\n")),
+                  extra="applies_to: {vllm: '>=0.2.0'}\n")
+    q.write_patch("variants/0.1.0/A1-a.patch", unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 71\n")),
+                  patch_id="A1", extra="applies_to: {vllm: '<0.2'}\n")
+    q.set_series("A1-a.patch")
+    q.run("checkout")
+    doc = json.loads(q.run("build", "--pin", "next", "--json", "-o", str(tmp_path / "dist")).stdout)
+    assert doc["ok"] and doc["result"]["version"].startswith("0.2.0+") and doc["result"]["patches"] == ["A1-a.patch"]
+    with zipfile.ZipFile(tmp_path / "dist" / doc["result"]["filename"]) as zf:
+        util = zf.read("vllm/util.py").decode()
+    assert "return x + 70\n" in util and "return x + 20 * 1" in util
+    assert q.run("applied").stdout.split() == []  # work/ was not moved

@@ -27,10 +27,14 @@ def _size(size: int) -> str:
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write the wheel here (default: dist/).")
 @click.option("--wheel", "wheel", type=click.Path(dir_okay=False, path_type=Path),
               help="A local copy of the pinned upstream wheel (checked against vendor-pin.txt).")
+@click.option("--pin", "pin_spec", metavar="SPEC",
+              help="Build for this pin of vendor-pin.txt (a label such as rollback): its wheel, its series applied "
+                   "in memory (work/ is untouched).")
 @boundary("build")
-def build(ws: Workspace, mode: str, profile: str | None, out_dir: Path | None, wheel: Path | None) -> Result:
+def build(ws: Workspace, mode: str, profile: str | None, out_dir: Path | None, wheel: Path | None,
+          pin_spec: str | None) -> Result:
     """Build the vLLM wheel of the applied patches: dist/vllm-<version>+gq.<digest>-....whl."""
-    result = build_op.build(ws, mode=mode, profile=profile, out_dir=out_dir, wheel=wheel)
+    result = build_op.build(ws, mode=mode, profile=profile, out_dir=out_dir, wheel=wheel, pin_spec=pin_spec)
     lines = [
         f"built {result.wheel} ({_size(result.size)}, {result.seconds:.1f}s)",
         f"version {result.version}: {len(result.patches)} patch(es); "

@@ -207,13 +207,22 @@ def _patch_entry(patch: PatchFile, files: list[str]) -> dict[str, object]:
 
 # the build --------------------------------------------------------------------------
 def build(ws: Workspace, *, mode: str = "overlay", profile: str | None = None, out_dir: Path | None = None,
-          wheel: Path | None = None, runner: Runner | None = None) -> BuildResult:
+          wheel: Path | None = None, runner: Runner | None = None, pin_spec: str | None = None) -> BuildResult:
+    """``pin_spec``: build for another pin of vendor-pin.txt (its tree and wheel, its resolved series
+    applied in memory; work/ is untouched) instead of the stack in work/."""
     if mode not in MODES:
         raise UsageError(f"unknown build mode '{mode}' (overlay or source)")
     start = time.monotonic()
-    pin = ws.pin()
+    if pin_spec is not None:
+        from .drift import pin_commit, resolve_pin
+
+        pin = resolve_pin(ws, pin_spec)
+        names = profile_patches(ws, profile) if profile is not None else ws.store.read_series().names
+        selection = from_series(ws, names, pin=pin, base=pin_commit(ws, pin))
+    else:
+        pin = ws.pin()
+        selection = _select(ws, profile)
     package = package_of(pin)
-    selection = _select(ws, profile)
     if mode == "overlay":
         refuse_compiled(selection, package)
     not_shipped = selection.by_kind(package, OTHER)

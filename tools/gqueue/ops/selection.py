@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import ConflictError, StateError
 from ..model.patch import PatchFile
+from ..model.pin import Pin
 from .engine import TreeView, apply_patch
 from .workspace import Workspace
 
@@ -72,15 +73,17 @@ def from_stack(ws: Workspace) -> Selection:
     return Selection(stack.base, patches, changes, {p: tuple(n) for p, n in touched.items()}, "stack")
 
 
-def from_series(ws: Workspace, names: list[str]) -> Selection:
-    """``names`` (series entries) applied in memory on the pin's tree; each must apply cleanly."""
+def from_series(ws: Workspace, names: list[str], *, pin: Pin | None = None, base: str | None = None) -> Selection:
+    """``names`` (series entries) applied in memory on the tree of ``pin`` (default: the stack's;
+    ``base``: its imported commit), each as the file that serves its release; each must apply
+    cleanly, and one not carried there is left out."""
     ws.require_work()
-    base = ws.base_commit()
+    pin = pin or ws.pin()
+    base = base or ws.base_commit(pin)
     series = ws.store.read_series()
     view = TreeView(ws.repo, base)
     touched: dict[str, list[str]] = {}
     patches = []
-    pin = ws.pin()
     for name in names:
         if name not in series:
             raise StateError(f"'{name}' is not in the series", path="series")
@@ -93,7 +96,7 @@ def from_series(ws: Workspace, names: list[str]) -> Selection:
             failure = result.first_failure()
             where = f" ({failure[0].path}: {failure[0].status})" if failure else ""
             raise ConflictError(
-                f"{name} does not apply cleanly on {ws.pin().describe()}{where}", path=f"queue/{name}",
+                f"{name} does not apply cleanly on {pin.describe()}{where}", path=f"queue/{patch.stored_as}",
                 hint="push the series in work/ and refresh the patch",
             )
         for path in result.changes:
