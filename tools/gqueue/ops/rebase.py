@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import GqueueError, StateError, UsageError
 from ..fsutil import atomic_write, fault_point
 from ..model import drift as d
+from ..model.journal import StackMove
 from ..model.patch import PatchFile, format_patch, parse_patch, with_body, with_fields
 from ..model.pin import Pin, format_pin_line, parse_pins
 from ..model.series import parse_series
@@ -363,10 +364,9 @@ def abort(ws: Workspace) -> RebaseResult:
     _copy_replaced(ws, originals)
     for rel in state.get("new_files", []):  # variants the rebase wrote: made from the originals it puts back
         (ws.store.root / rel).unlink(missing_ok=True)
-    ws.write_journal({"op": "rebase-abort", "old": ws.repo.head(), "new": state["old_head"]})
-    ws.repo.checkout_fresh(state["old_head"])
-    ws.repo.update_ref(BRANCH, state["old_head"])
-    ws.clear_journal()
+    with ws.journaled(StackMove("rebase-abort", ws.repo.head(), state["old_head"])):
+        ws.repo.checkout_fresh(state["old_head"])
+        ws.repo.update_ref(BRANCH, state["old_head"])
     for rel, data in originals.items():
         target = ws.store.root / rel
         if not target.is_file() or target.read_bytes() != data:

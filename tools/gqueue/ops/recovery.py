@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import StateError
+from ..model.journal import Unreadable
 from ..vcs.git import BRANCH, GitError
 from .stackops import push_empty
 from .transaction import QUEUE_EDIT, save_local_changes, series_digest, trash
@@ -177,31 +178,37 @@ def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
     if journal is None:
         return early
     actions: list[str] = []
-    if not ws.repo.exists() or journal.get("op") == "unreadable":
+    if not ws.repo.exists() or isinstance(journal, Unreadable):
         ws.clear_journal()
         return [*early, "dropped an unreadable journal"]
-    op, old, new = journal.get("op"), journal.get("old"), journal.get("new")
+    op, old, new = journal.op, journal.old, journal.new
     head = ws.repo.head()
-    if op == "refresh":
-        path = ws.store.patch_path(journal["patch"])
+    if op == "refresh" and journal.patch is not None:
+        path = ws.store.patch_path(journal.patch)
         on_disk = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
-        if head == old and on_disk == journal.get("sha256"):
+        if head == old and on_disk == journal.sha256:
             ws.repo.update_ref(BRANCH, new, old)
             head = new
         if head == new:
             ws.repo.reset_index(new)
-            actions.append(f"finished an interrupted refresh of {journal['patch']}")
+            actions.append(f"finished an interrupted refresh of {journal.patch}")
         else:
             ws.repo.reset_index(head) if head else None
-            actions.append(f"undid an interrupted refresh of {journal['patch']}; your changes are still in work/")
+            actions.append(f"undid an interrupted refresh of {journal.patch}; your changes are still in work/")
         ws.clear_journal()
     else:
         if head == new:
             actions.append(f"finished an interrupted {op}")
-        elif head == old:
+        elif old is None and head is None:
+            # a move from no HEAD at all (a rebase aborted where none was left): only forward
+            save_local_changes(ws, "recover")
+            ws.repo.checkout_fresh(new)
+            ws.repo.update_ref(BRANCH, new)
+            actions.append(f"finished an interrupted {op}")
+        elif old is not None and head == old:
             index_tree = ws.repo.run("write-tree", check=False).decode().strip()
             dirty = ws.repo.dirty_paths()
-            if journal.get("force"):
+            if journal.force:
                 # a forced move discards work-tree changes by design; keep a copy all the same
                 if dirty:
                     save_local_changes(ws, "recover")
@@ -280,12 +287,12 @@ def repair(ws: Workspace) -> RepairResult:
         ws.repo.update_ref(BRANCH, head)
         ws.repo.set_head(BRANCH)
         result.actions.append("put HEAD back on the gqueue branch")
-    head = ws.repo.head()
-    if head is None:
+    now = ws.repo.head()
+    if now is None:
         ws.repo.update_ref(BRANCH, base)
         ws.repo.checkout_fresh(base)
         result.actions.append("reset the work tree to the pinned release")
-        head = base
+    head = now or base
     if not ws.repo.is_ancestor(base, head):
         save_local_changes(ws, "repair")
         ws.repo.update_ref(BRANCH, base)

@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..errors import ConflictError, FormatError, StateError, UnsafePatchError, UsageError, one_line
 from ..fsutil import atomic_write
+from ..model.journal import StackMove
 from ..model.meta import author_problem
 from ..model.patch import PatchFile, format_patch, with_body
 from ..model.series import Series, SeriesEntry
@@ -429,15 +430,14 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
         return RefreshResult(top.name, False, files)
     new_commit = ws.repo.commit_tree(tree, parent, commit_message(new_patch), commit_author(new_patch))
     digest = hashlib.sha256(format_patch(new_patch)).hexdigest()
-    ws.write_journal({"op": "refresh", "old": top.commit, "new": new_commit, "patch": top.name, "sha256": digest})
-    try:
-        ws.store.write_patch(new_patch)
-    except OSError:  # refused (a full disk, a read-only queue/): the refresh did not happen, say nothing later
-        ws.repo.reset_index(top.commit)
-        ws.clear_journal()
-        raise
-    ws.repo.update_ref(BRANCH, new_commit, top.commit)  # the index already holds its tree
-    ws.clear_journal()
+    with ws.journaled(StackMove("refresh", top.commit, new_commit, patch=top.name, sha256=digest)) as move_:
+        try:
+            ws.store.write_patch(new_patch)
+        except OSError:  # refused (a full disk, a read-only queue/): the refresh did not happen, say nothing later
+            ws.repo.reset_index(top.commit)
+            move_.cancel()
+            raise
+        ws.repo.update_ref(BRANCH, new_commit, top.commit)  # the index already holds its tree
     if forced_push:
         os.unlink(ws.needs_refresh_path)
     rest = series.entries[len(stack.applied) :]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..fsutil import atomic_write
+from ..model.journal import StackMove
 from ..model.series import Series
 from ..vcs.git import BRANCH
 from .workspace import Workspace
@@ -27,15 +28,14 @@ def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False, cle
     """
     if old == new:
         return
-    ws.write_journal({"op": op, "old": old, "new": new, **({"force": True} if force else {})})
-    if force:
-        ws.repo.checkout_fresh(new)
-    elif clean:
-        ws.repo.move_clean(old, new, changes, old_modes)
-    else:
-        ws.repo.switch_tree(old, new)
-    ws.repo.update_ref(BRANCH, new, old)
-    ws.clear_journal()
+    with ws.journaled(StackMove(op, old, new, force=force)):
+        if force:
+            ws.repo.checkout_fresh(new)
+        elif clean:
+            ws.repo.move_clean(old, new, changes, old_modes)
+        else:
+            ws.repo.switch_tree(old, new)
+        ws.repo.update_ref(BRANCH, new, old)
 
 
 def save_local_changes(ws: Workspace, reason: str) -> Path | None:

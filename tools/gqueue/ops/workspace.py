@@ -6,15 +6,16 @@ commit per patch, each carrying a ``Gqueue-Patch: NAME`` trailer.
 
 from __future__ import annotations
 
-import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Iterator
 
 from ..errors import StateError
 from ..fsutil import atomic_write, require_writable
 from ..lock import QueueLock
+from ..model.journal import StackMove, Unreadable, parse_journal
 from ..model.patch import PatchFile
 from ..model.pin import Pin
 from ..model.variants import Resolution
@@ -75,6 +76,17 @@ def trailer_value(message: str, key: str = TRAILER) -> str | None:
     return None
 
 
+class Journaled:
+    """The handle of a journaled move (``Workspace.journaled``)."""
+
+    def __init__(self, ws: "Workspace") -> None:
+        self._ws = ws
+
+    def cancel(self) -> None:
+        """The move did not happen after all (the block put everything back): no journal."""
+        self._ws.clear_journal()
+
+
 class Workspace:
     def __init__(self, store: Store, reporter: Reporter | None = None) -> None:
         self.store = store
@@ -123,16 +135,20 @@ class Workspace:
     def journal_path(self) -> Path:
         return self.state_dir / "journal.json"
 
-    def write_journal(self, entry: dict[str, Any]) -> None:
-        atomic_write(self.journal_path, json.dumps(entry, sort_keys=True).encode())
+    @contextmanager
+    def journaled(self, entry: StackMove) -> Iterator[Journaled]:
+        """The one way a command moves the stack: the journal is written before the block and
+        removed when it ends. An exception leaves it, so the next command finishes or undoes the
+        move; ``cancel()`` removes it early, for a move the block undid itself."""
+        atomic_write(self.journal_path, entry.to_bytes())
+        yield Journaled(self)
+        self.clear_journal()
 
-    def read_journal(self) -> dict[str, Any] | None:
+    def read_journal(self) -> StackMove | Unreadable | None:
         try:
-            return json.loads(self.journal_path.read_text())
+            return parse_journal(self.journal_path.read_bytes())
         except FileNotFoundError:
             return None
-        except ValueError:
-            return {"op": "unreadable"}
 
     def clear_journal(self) -> None:
         if self.journal_path.exists():
