@@ -382,3 +382,34 @@ def test_build_pin_builds_the_overlay_wheel_of_another_pins_resolved_stack(tmp_p
         util = zf.read("vllm/util.py").decode()
     assert "return x + 70\n" in util and "return x + 20 * 1" in util
     assert q.run("applied").stdout.split() == []  # work/ was not moved
+
+
+def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the_rollback(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path, checkout=False)
+    (q.root / "queue/variants/0.1.0/A1-a.patch").unlink()  # A1 as the queue had it before the move:
+    old_a1 = (q.root / "queue/A1-a.patch")  # one file, the 0.1.0 diff
+    util_old = OLD["vllm/util.py"]
+    old_a1.write_text("---\nid: A1\ntitle: A1-a.patch\napplies_to: {vllm: '>=0.1.0,<0.2'}\n...\n"
+                      + unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 70\n")))
+    before = old_a1.read_text()
+    draft = tmp_path / "A1-draft.patch"
+    util_new = NEW["vllm/util.py"]
+    draft.write_text("---\nid: A1\ntitle: A1 on 0.2.0\n...\n"
+                     + unified("vllm/util.py", util_new, _edit(util_new, "return x + 7 * 1\n", "return x + 70\n")))
+    doc = json.loads(q.run("variant", "A1-a.patch", str(draft), "--json").stdout)
+    assert doc["result"]["kind"] == "variant"
+    assert doc["result"]["written"] == ["A1-a.patch", "variants/0.1.0/A1-a.patch"]
+    kept = (q.root / "queue/variants/0.1.0/A1-a.patch").read_text()
+    assert kept.split("...\n", 1)[1] == before.split("...\n", 1)[1] and ">=0.1.0,<0.2.0" in kept
+    main = (q.root / "queue/A1-a.patch").read_text()
+    assert "title: A1 on 0.2.0" in main and ">=0.2.0" in main
+    assert _lint(q) == []
+    same = tmp_path / "C3-same.patch"
+    same.write_text((q.root / "queue/C3-c.patch").read_text().replace("title: C3-c.patch", "title: C3 again"))
+    assert json.loads(q.run("variant", "C3-c.patch", str(same), "--json").stdout)["result"]["kind"] == "one-file"
+    wrong = tmp_path / "wrong.patch"
+    wrong.write_text(draft.read_text().replace("id: A1", "id: A9"))
+    files = {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")}
+    proc = q.run("variant", "A1-a.patch", str(wrong), check=False)
+    assert proc.returncode == 1 and "a variant keeps its patch's id" in proc.stderr
+    assert {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")} == files

@@ -304,3 +304,18 @@ def export_tree(ws: Workspace, pin_spec: str, fuzz: int, dest: Path) -> Result:
     else:
         lines.append(f"nothing written: {result.report.failed.name} does not apply on {result.pin.describe()}")  # type: ignore[union-attr]
     return result.to_json(), "\n".join(lines), ExitCode.OK if result.ok else ExitCode.CONFLICT
+
+
+# --- variant ----------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("name")
+@click.argument("source", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
+@boundary("variant")
+def variant(ws: Workspace, name: str, source: Path) -> Result:
+    """FILE is NAME's patch for the main pin; the file serving the other pins is kept as their variant."""
+    from ..ops import variants as variants_op
+
+    result = variants_op.adopt(ws, name, source)
+    return result.to_json(), result.render(), ExitCode.OK

@@ -21,7 +21,7 @@ from .style import CHOICES as COLOR_CHOICES
 # command -> the module that defines it, imported when the command runs
 LAZY_COMMANDS = {
     "build": "cmd_build", "develop": "cmd_build",
-    "check": "cmd_drift", "rebase": "cmd_drift", "export-tree": "cmd_drift",
+    "check": "cmd_drift", "rebase": "cmd_drift", "export-tree": "cmd_drift", "variant": "cmd_drift",
     "import": "cmd_interop", "export": "cmd_interop",
     "lint": "cmd_tools", "docs": "cmd_tools", "bisect": "cmd_tools", "plan": "cmd_tools",
     "undo": "cmd_undo", "redo": "cmd_undo",

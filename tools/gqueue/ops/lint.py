@@ -112,7 +112,7 @@ def lint(store: Store, *, instead: dict[str, bytes] | None = None) -> LintReport
     findings: list[Finding] = []
     series = _read_series(store, findings)
     pins = _gated_pins(store, findings)
-    files = queue_files(store)
+    files = sorted(set(queue_files(store)) | set(instead))  # a file about to be written is linted too
     strips = {e.name: e.strip for e in series.entries} if series else {}
     views: dict[str, HeaderView] = {}
     for name in files:
