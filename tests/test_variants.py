@@ -413,3 +413,16 @@ def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the
     proc = q.run("variant", "A1-a.patch", str(wrong), check=False)
     assert proc.returncode == 1 and "a variant keeps its patch's id" in proc.stderr
     assert {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")} == files
+
+
+def test_rebase_keep_old_skip_keeps_the_patch_for_the_old_pin(tmp_path: Path) -> None:
+    q = rebase_queue(tmp_path)
+    assert q.run("rebase", "--pin", "next", "--keep-old", "rollback", check=False).returncode == 3
+    done = json.loads(q.run("rebase", "--skip", "--json").stdout)
+    assert done["result"]["done"] and done["result"]["summary"]["skipped"] == ["K3-gone.patch"]
+    assert "K3-gone.patch" in q.run("series").stdout.split() and "# parked" not in (q.root / "series").read_text()
+    k3 = (q.root / "queue/K3-gone.patch").read_text()
+    assert ">=0.1.0,<0.2.0" in k3 and "retired" not in k3
+    assert q.run("applied").stdout.split() == ["K1-same.patch", "K2-merge.patch", "K3-gone.patch"]
+    doc = json.loads(q.run("check", "--json").stdout)
+    assert doc["ok"] and [p["status"] for p in doc["pins"][1]["patches"]] == ["clean", "clean", "clean"]

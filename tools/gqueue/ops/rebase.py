@@ -257,10 +257,13 @@ def resume(ws: Workspace, *, skip: bool = False, retire: bool = False,
         elif retire:  # the patch file keeps its diff (what it did on the old pin); the header says where it went
             _retire(ws, ws.store.read_patch(stopped), state["to"], why, state.get("new_version"))
             tally.retired.append(stopped)
+        elif state.get("variants"):  # not carried on the new pin yet; the old pin still carries it
+            head = _skip_kept(ws, state, ws.store.read_patch(stopped), below)
+            tally.skipped.append(stopped)
         else:
             _park(ws, stopped, state["to"])
             tally.skipped.append(stopped)
-        if not (retire and state.get("variants")):
+        if not state.get("variants"):
             head = below
     else:
         if ws.needs_refresh_path.exists():
@@ -582,6 +585,21 @@ def _retire_kept(ws: Workspace, state: dict[str, Any], patch: PatchFile, why: Re
     ws.store.write_patch(kept)
     commit = ws.repo.write_commits(below, [_empty_commit(kept, state, retired_text(kept.meta.get("retired")))],
                                    PENDING)[-1]
+    move(ws, below, commit, op="rebase")
+    ws.repo.delete_ref(PENDING)
+    return commit
+
+
+def _skip_kept(ws: Workspace, state: dict[str, Any], patch: PatchFile, below: str) -> str:
+    """--skip with --keep-old: the patch stays in the series for the old pin, its range cut off
+    below the new release (not carried there until a diff for it is made: 'gqueue variant'),
+    and an empty commit keeps its place on ``below``; the new head."""
+    release = state["new_version"]
+    spec = bounded_below(patch.meta.vllm_spec, release)
+    kept = with_fields(patch, {"applies_to": with_vllm_range(patch.meta.get("applies_to"), spec)})
+    ws.store.write_patch(kept)
+    reason = f"applies_to '{spec}' excludes {release} (skipped in the rebase: no diff for it yet)"
+    commit = ws.repo.write_commits(below, [_empty_commit(kept, state, reason)], PENDING)[-1]
     move(ws, below, commit, op="rebase")
     ws.repo.delete_ref(PENDING)
     return commit
