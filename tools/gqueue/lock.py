@@ -72,9 +72,10 @@ class QueueLock:
 
     def _holder(self) -> dict[str, object]:
         try:
-            return json.loads(self.path.read_text() or "{}")
+            doc = json.loads(self.path.read_text() or "{}")
         except (OSError, ValueError):
             return {}
+        return doc if isinstance(doc, dict) else {}
 
     def acquire(self) -> "QueueLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ def boundary(name: str, *, lock: bool = True, needs_queue: bool = True) -> Calla
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         @click.option("--json", "as_json", is_flag=True, help="Print one versioned JSON document.")
-        @click.pass_obj
+        @click.pass_obj  # type: ignore[arg-type]  # functools.wraps hides the signature from click's stubs
         @functools.wraps(func)
         def wrapper(ctx: Context, as_json: bool, **kwargs: Any) -> None:
             ctx.json = as_json

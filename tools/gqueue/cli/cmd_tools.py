@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..errors import ExitCode
-from ..model.profile import POLICIES
+from ..model.policies import POLICIES
 from ..ops import bisect as bisect_op
 from ..ops import bisect_pins as pins_op
 from ..ops import catalogue as catalogue_op

@@ -17,7 +17,7 @@ from ..errors import GqueueError
 from ..store import Store
 
 
-class PatchName(click.ParamType):
+class PatchName(click.ParamType):  # type: ignore[type-arg]  # generic in click's stubs only
     """A patch named on the command line; the value is passed on as typed (the command resolves it)."""
 
     name = "patch"

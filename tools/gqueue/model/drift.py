@@ -41,9 +41,9 @@ def parse_accept(text: str) -> frozenset[str]:
         if name not in STATUSES:
             raise ValueError(f"unknown status '{name}' (one of: {', '.join(STATUSES)})")
         if word[0] == "-":
-            accept.discard(name)
+            accept.discard(Status(name))
         else:
-            accept.add(name)
+            accept.add(Status(name))
     return frozenset(accept)
 
 
@@ -55,8 +55,8 @@ def patch_status(hunk_statuses: Sequence[str]) -> str:
     if all(s == UPSTREAM for s in hunk_statuses):
         return UPSTREAM
     others = [s for s in hunk_statuses if s != UPSTREAM]
-    worst = max(others, key=_RANK.__getitem__)
-    if len(others) < len(hunk_statuses) and _RANK[worst] <= _RANK[MERGED3]:
+    worst = max(others, key=lambda s: _RANK[Status(s)])
+    if len(others) < len(hunk_statuses) and _RANK[Status(worst)] <= _RANK[MERGED3]:
         return PARTIAL_UPSTREAM
     return worst
 

@@ -151,8 +151,8 @@ def check_schema(view: HeaderView) -> list[Finding]:
             out.append(_f(view, key, "header-type", f"'{key}' must be {names}, not {type(value).__name__}"))
         elif key in _VALUES and value not in _VALUES[key]:
             out.append(_f(view, key, "header-value", f"{key} '{value}' is not one of: {', '.join(_VALUES[key])}"))
-        elif key == "author" and author_problem(value) is not None:
-            out.append(_f(view, key, "header-author", f"'author' {author_problem(value)}"))
+        elif key == "author" and author_problem(str(value)) is not None:
+            out.append(_f(view, key, "header-author", f"'author' {author_problem(str(value))}"))
     out.extend(_check_lists(view))
     out.extend(_check_upstream(view))
     out.extend(_check_applies_keys(view))

@@ -125,7 +125,7 @@ def with_body(patch: PatchFile, body: bytes) -> PatchFile:
 
 
 @functools.lru_cache(maxsize=None)
-def _block_dumper() -> type:
+def _block_dumper() -> Any:
     """The header dumper: strings with newlines as blocks, flat lists in flow style.
 
     Built on first use: PyYAML costs ~8 ms to import, and a command whose headers all come
@@ -137,7 +137,7 @@ def _block_dumper() -> type:
 
 
 @functools.lru_cache(maxsize=None)
-def _fast_dumper() -> type | None:
+def _fast_dumper() -> Any:
     """``_block_dumper`` on libyaml's emitter (None without libyaml); see ``_dump``."""
     import yaml
 
@@ -145,7 +145,7 @@ def _fast_dumper() -> type | None:
     return None if base is None else _dumper_on(base)
 
 
-def _dumper_on(base: type) -> type:
+def _dumper_on(base: type) -> Any:
     import yaml
 
     def str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -158,7 +158,7 @@ def _dumper_on(base: type) -> type:
         return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
 
     # a value met twice is written twice, never as an anchor and alias (which headers refuse)
-    dumper = type("BlockDumper", (base,), {"ignore_aliases": lambda self, data: True})
+    dumper: Any = type("BlockDumper", (base,), {"ignore_aliases": lambda self, data: True})
     dumper.add_representer(str, str_representer)
     dumper.add_representer(list, list_representer)
     return dumper
@@ -175,13 +175,17 @@ def _dump(fields: dict[str, Any]) -> str:
     """
     import yaml
 
-    options = {"sort_keys": False, "allow_unicode": True, "width": 100, "default_flow_style": False}
+    def emit(dumper: Any) -> str:
+        text: str = yaml.dump(fields, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100,
+                              default_flow_style=False)
+        return text
+
     fast = _fast_dumper()
     if fast is not None:
-        text = yaml.dump(fields, Dumper=fast, **options)
+        text = emit(fast)
         if '"' not in text:
             return text
-    return yaml.dump(fields, Dumper=_block_dumper(), **options)
+    return emit(_block_dumper())
 
 
 def render_field(key: str, value: Any) -> str:

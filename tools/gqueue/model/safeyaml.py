@@ -101,7 +101,7 @@ def _format_error(exc: Any, path: str, first_line: int) -> FormatError:
 
 def dump_value(value: Any) -> str:
     """Render one value the way a hand-written header would spell it (no trailing newline)."""
-    text = _yaml().safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10_000)
+    text: str = _yaml().safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=10_000)
     text = text.rstrip("\n")
     if text.endswith("\n..."):
         text = text[: -len("\n...")]

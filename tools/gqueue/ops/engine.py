@@ -175,7 +175,7 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             result.files.append(FileResult(fd.path, Status.FILE_MISSING, (), fd.line))
             continue
         mode, data = current
-        outcome: FileOutcome = apply_hunks(data, fd, max_fuzz=max_fuzz)
+        outcome = apply_hunks(data, fd, max_fuzz=max_fuzz)
         if outcome.new is None:
             result.files.append(FileResult(fd.path, Status.FAILED, outcome.hunks, fd.line))
             continue

@@ -14,7 +14,7 @@ from ..model.diff import as_p1
 from ..model.foreign import is_mbox, read_foreign, split_mbox
 from ..model.lint_rules import file_name_id
 from ..model.patch import PatchFile, new_patch, parse_patch, with_fields
-from ..model.series import parse_series
+from ..model.series import Series, parse_series
 from .engine import checked_diffs
 from .queueops import check_name, id_owners, title_from_name
 from .reporter import Reporter
@@ -216,7 +216,7 @@ def _check_diff(patch: PatchFile, item: _Incoming, kind: str) -> None:
     checked_diffs(body, where=item.path, first_line=first, strip=item.strip)
 
 
-def _with_strip(series, name: str, strip: int):  # noqa: ANN001, ANN202
+def _with_strip(series: Series, name: str, strip: int) -> Series:
     entry = series.entries[series.index(name)]
     lines = list(series.lines)
     lines[entry.line - 1] = f"{name} -p{strip}\n"

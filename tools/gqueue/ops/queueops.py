@@ -217,7 +217,7 @@ def _renamed_id(ws: Workspace, series: Series, patch: PatchFile, new_name: str) 
 def _require_reapplies(ws: Workspace, series: Series, stack: Stack, index: int) -> None:
     """Rename pops the applied patches from ``index`` up and pushes them again: refuse before
     anything changes when one of them no longer applies (its file was edited since its push)."""
-    failed = first_failure_in_order(ws, stack.commit_below(index), series.entries[index : len(stack.applied)])
+    failed = first_failure_in_order(ws, stack.commit_below(index), list(series.entries[index : len(stack.applied)]))
     if failed is not None:
         entry, _outcome, f = failed
         raise ConflictError(

@@ -121,7 +121,8 @@ def in_progress(ws: Workspace) -> bool:
 
 def _load(ws: Workspace) -> dict[str, Any]:
     try:
-        return json.loads(_state_file(ws).read_text())
+        state: dict[str, Any] = json.loads(_state_file(ws).read_text())
+        return state
     except FileNotFoundError:
         raise StateError("no rebase in progress", hint="start one with 'gqueue rebase --pin SPEC'") from None
 

@@ -198,7 +198,8 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         old_modes = {p: view.entries[p].mode for p in final if p in view.entries}
         move(ws, stack.head, commits[-1], op="push", clean=True, changes=final, old_modes=old_modes)
         ws.repo.delete_ref(PENDING)
-        result.top = (result.failed.name if result.forced else names[-1]) if names or result.forced else None
+        forced_at = result.failed.name if result.forced and result.failed is not None else None
+        result.top = (forced_at or names[-1]) if names or forced_at else None
     if result.forced:
         _write_rejects(ws, result.failed)
         atomic_write(ws.needs_refresh_path, (result.failed.name + "\n").encode())  # type: ignore[union-attr]

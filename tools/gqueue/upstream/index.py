@@ -9,6 +9,7 @@ import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
@@ -59,7 +60,7 @@ def list_files(project: str) -> tuple[list[str], list[IndexFile]]:
     return list(data.get("versions", [])), files
 
 
-def _memo_path(project: str, version: str) -> "Path":
+def _memo_path(project: str, version: str) -> Path:
     """Where ``find_sdist`` keeps its answer: per project, version and the index named in the
     environment (pip's own configuration is not read for this: asking pip costs half a second)."""
     import hashlib

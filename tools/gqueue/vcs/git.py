@@ -158,7 +158,8 @@ class WorkRepo:
         return self.rev("HEAD")
 
     def blob(self, sha: str) -> bytes:
-        return self.repo.odb.stream(bytes.fromhex(sha)).read()
+        data: bytes = self.repo.odb.stream(bytes.fromhex(sha)).read()
+        return data
 
     def tree_entries(self, commit: str) -> dict[str, Entry]:
         out = self.run("ls-tree", "-r", "-z", "--full-tree", commit)
