@@ -10,6 +10,11 @@ On CPU the tests drive:
   and rows are handed over;
 * GDNAttentionMetadataBuilder.build, built from a small config, for the per-row
   accepted counts it keeps for draft-less rows.
+
+Those tests hold on 0.24.0, where P60 is carried. P60 is retired on 0.34.0: there the
+V1 runner is gone, and the V2 runner and the GDN builder keep a decode row without
+drafts on the speculative path, whose kernels read the state at the accepted offset.
+The test_upstream_* tests show that on pristine 0.34.0.
 """
 
 from __future__ import annotations
@@ -21,10 +26,15 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+from _pins import on, only_on
 
 NUM_SPEC = 2
+
+ON_024 = only_on("<0.34", "P60 is carried on 0.24.0 only (V1 runner and P60's builder field)")
+UPSTREAM = only_on(">=0.34", "upstream's own routing of draft-less decode rows")
 
 _COPY_SCRIPT = textwrap.dedent(
     """
@@ -75,6 +85,7 @@ def _run_interpreted(script: str) -> dict:
     return json.loads(lines[-1][len("RESULT") :])
 
 
+@ON_024
 def test_fixed_copy_moves_accepted_state_to_column_zero():
     out = _run_interpreted(_COPY_SCRIPT)
     # Row 0: block 1 (column 0) now holds what block 3 (column 2) held, per layer.
@@ -123,6 +134,7 @@ def _gdn_runner(monkeypatch, spec=True, hybrid=True, mode="none"):
     return runner, calls, states
 
 
+@ON_024
 def test_fixed_runner_hands_gdn_states_and_counts_to_the_copy(monkeypatch, switch):
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -142,6 +154,7 @@ def test_fixed_runner_hands_gdn_states_and_counts_to_the_copy(monkeypatch, switc
     assert calls[1][0] is targets
 
 
+@ON_024
 @pytest.mark.parametrize("kw", [dict(spec=False), dict(hybrid=False), dict(mode="align"), dict(mode="all")])
 def test_fixed_runner_state_recovery_scope(monkeypatch, switch, kw):
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -151,6 +164,7 @@ def test_fixed_runner_state_recovery_scope(monkeypatch, switch, kw):
     assert GPUModelRunner._genesis_p60_state_recovery(runner) is False
 
 
+@ON_024
 def test_off_runner_state_recovery_disabled(monkeypatch, switch):
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -170,7 +184,16 @@ def _builder(full_cudagraph=False):
 
     config = SimpleNamespace(
         additional_config={},
-        speculative_config=SimpleNamespace(num_speculative_tokens=NUM_SPEC, parallel_drafting=False),
+        speculative_config=SimpleNamespace(
+            num_speculative_tokens=NUM_SPEC,
+            parallel_drafting=False,
+            # read on 0.34.0 only
+            enable_adaptive_verification=False,
+            use_eagle_block_drop=lambda: False,
+            max_num_new_slots_for_drafting=0,
+        ),
+        num_hash_lookahead_tokens=0,
+        model_config=SimpleNamespace(hf_text_config=SimpleNamespace()),
         compilation_config=SimpleNamespace(
             cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE if full_cudagraph else CUDAGraphMode.PIECEWISE,
             max_cudagraph_capture_size=None,
@@ -205,8 +228,8 @@ def _decode_batch(num_reqs=3):
         slot_mapping=torch.zeros(num_reqs, dtype=torch.int64),
         is_prefilling=torch.zeros(num_reqs, dtype=torch.bool),
         seq_lens_cpu_upper_bound=seq_lens.clone(),
-        _seq_lens_cpu=seq_lens.clone(),
-        _num_computed_tokens_cpu=seq_lens - 1,
+        # 0.24.0's host-side copies (0.34.0 has none)
+        **({} if on(">=0.34") else dict(_seq_lens_cpu=seq_lens.clone(), _num_computed_tokens_cpu=seq_lens - 1)),
     )
 
 
@@ -214,6 +237,7 @@ ACCEPTED = torch.tensor([3, 1, 2], dtype=torch.int32)
 NO_DRAFTS = torch.full((3,), -1, dtype=torch.int32)
 
 
+@ON_024
 @pytest.mark.parametrize("full_cudagraph", [False, True])
 def test_fixed_builder_keeps_accepted_counts_of_draftless_rows(switch, full_cudagraph):
     switch("P60", True)
@@ -224,6 +248,7 @@ def test_fixed_builder_keeps_accepted_counts_of_draftless_rows(switch, full_cuda
     assert meta.non_spec_num_accepted_tokens.tolist() == [3, 1, 2]
 
 
+@ON_024
 def test_fixed_builder_mixed_batch_keeps_non_spec_counts(switch, monkeypatch):
     import vllm.utils.torch_utils as torch_utils
     from vllm.v1.attention.backend import CommonAttentionMetadata
@@ -259,6 +284,7 @@ def test_fixed_builder_mixed_batch_keeps_non_spec_counts(switch, monkeypatch):
     assert meta.non_spec_num_accepted_tokens.tolist() == [3, 1]
 
 
+@ON_024
 def test_off_builder_drops_accepted_counts(switch):
     switch("P60", False)
     meta = _builder().build(0, _decode_batch(), ACCEPTED.clone(), NO_DRAFTS.clone())
@@ -268,9 +294,81 @@ def test_off_builder_drops_accepted_counts(switch):
     assert meta.non_spec_state_indices_tensor.tolist() == [1, 4, 7]
 
 
+@ON_024
 def test_off_builder_without_counts_matches_upstream(switch):
     # What the unpatched runner hands over on a draft-less step: no counts at all.
     switch("P60", True)
     meta = _builder().build(0, _decode_batch())
     assert meta.num_accepted_tokens is None
     assert getattr(meta, "non_spec_num_accepted_tokens", None) is None
+
+
+# ------------------------------------------------------- 0.34.0: upstream's form
+
+
+def _no_pinning(monkeypatch):
+    import vllm.utils.torch_utils as torch_utils
+    import vllm.v1.attention.backends.utils as attn_utils
+
+    # CPU: nothing to pin.
+    monkeypatch.setattr(torch_utils, "PIN_MEMORY", False)
+    monkeypatch.setattr(attn_utils, "PIN_MEMORY", False, raising=False)
+
+
+@UPSTREAM
+def test_upstream_v2_runner_hands_draftless_decode_rows_over_as_spec_rows(monkeypatch):
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.worker.gpu.model_states import mamba_hybrid
+
+    built = {}
+    monkeypatch.setattr(mamba_hybrid, "build_attn_metadata", lambda **kw: built.update(kw) or {})
+    state = SimpleNamespace(
+        max_model_len=64,
+        vllm_config=SimpleNamespace(num_speculative_tokens=NUM_SPEC),
+        # per request slot: what the last step accepted
+        num_accepted_tokens_gpu=torch.tensor([1, 3, 2, 1], dtype=torch.int32),
+        _align_mode=False,
+        _use_flashinfer_replayssm=False,
+        recoverssm=None,
+    )
+    # Row 0: decode, no drafts this step, accepted 3 last step (ngram found no match).
+    # Row 1: decode with 2 drafts. Row 2: a prompt chunk.
+    scheduled = np.array([1, 3, 10], dtype=np.int32)
+    qsl = np.concatenate([[0], np.cumsum(scheduled)]).astype(np.int32)
+    batch = SimpleNamespace(
+        num_reqs=3,
+        num_tokens=int(scheduled.sum()),
+        query_start_loc_np=qsl,
+        query_start_loc=torch.from_numpy(qsl),
+        max_query_len=10,
+        num_scheduled_tokens=scheduled,
+        seq_lens_cpu_upper_bound=torch.tensor([20, 30, 10], dtype=torch.int32),
+        seq_lens=torch.tensor([20, 30, 10], dtype=torch.int32),
+        is_prefilling_np=np.array([False, False, True]),
+        prefill_runs_as_decode_np=None,
+        idx_mapping=torch.tensor([1, 3, 0], dtype=torch.int64),
+        num_draft_tokens_per_req=np.array([0, 2, 0], dtype=np.int32),
+        dcp_local_seq_lens=None,
+        positions=torch.zeros(int(scheduled.sum()), dtype=torch.int64),
+        prompt_lens=None,
+    )
+    mamba_hybrid.MambaHybridModelState.prepare_attn(
+        state, batch, CUDAGraphMode.NONE, (), torch.zeros(0), [], None
+    )
+    meta = built["model_specific_attn_metadata"]
+    # The draft-less decode row is a spec row (0 drafts, not the -1 of a non-spec
+    # row), so the GDN builder keeps its accepted count; the prompt chunk is not.
+    assert meta.num_decode_draft_tokens_cpu.tolist() == [0, 2, -1]
+    assert meta.num_accepted_tokens.tolist() == [3, 1, 1]
+
+
+@UPSTREAM
+def test_upstream_builder_runs_draftless_decode_rows_on_the_spec_path(monkeypatch):
+    _no_pinning(monkeypatch)
+    # Every row drafted nothing this step: the batch still takes the spec path,
+    # whose kernels read each row's state at block column num_accepted - 1.
+    meta = _builder().build(0, _decode_batch(), ACCEPTED.clone(), torch.zeros(3, dtype=torch.int32))
+    assert meta.num_spec_decodes == 3 and meta.num_decodes == 0
+    assert meta.num_accepted_tokens.tolist() == [3, 1, 2]
+    assert meta.spec_state_indices_tensor.tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert meta.non_spec_state_indices_tensor is None

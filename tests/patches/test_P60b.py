@@ -12,6 +12,10 @@
 * QwenGatedDeltaNetAttention._forward_core / _forward_core_decode_non_spec (the
   switch's decision points) run with the conv and recurrent kernels replaced by
   recorders, to check what reaches the conv kernels.
+
+Those tests hold on 0.24.0, where P60b is carried. P60b is retired on 0.34.0 with P60:
+a decode row without drafts stays on the speculative path there, whose conv update
+already reads the window at the accepted offset (test_upstream_*).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ import types
 
 import pytest
 import torch
+from _pins import only_on
+
+ON_024 = only_on("<0.34", "P60b is carried on 0.24.0 only (its kernel switch and P60's builder field)")
+UPSTREAM = only_on(">=0.34", "upstream's own routing of draft-less decode rows")
 
 _KERNEL_SCRIPT = textwrap.dedent(
     """
@@ -162,6 +170,7 @@ def interpreted():
     return _run_kernel_script("cpu")
 
 
+@ON_024
 def test_fixed_prefill_conv_reads_window_at_accepted_offset(interpreted):
     r = interpreted["with_counts"]
     assert "error" not in r, r
@@ -171,12 +180,14 @@ def test_fixed_prefill_conv_reads_window_at_accepted_offset(interpreted):
     assert r["out_matches_offset0"] is False  # the offset does change the result
 
 
+@ON_024
 def test_fixed_counts_of_one_read_from_line_start(interpreted):
     r = interpreted["ones"]
     assert "error" not in r, r
     assert r["out"] is True and r["states"] is True and r["out_matches_offset0"] is True
 
 
+@ON_024
 def test_off_prefill_conv_without_counts_is_upstream(interpreted):
     r = interpreted["without_counts"]
     assert "error" not in r, r
@@ -184,6 +195,7 @@ def test_off_prefill_conv_without_counts_is_upstream(interpreted):
     assert r["spec_tail_kept"] is True and r["others_kept"] is True
 
 
+@ON_024
 @pytest.mark.gpu
 def test_fixed_prefill_conv_offset_compiled_on_gpu():
     r = _run_kernel_script("cuda")
@@ -282,6 +294,7 @@ def _run_core(qgdn, layer, T, packed=False):
         qgdn.QwenGatedDeltaNetAttention._forward_core(layer, **args)
 
 
+@ON_024
 @pytest.mark.parametrize("case", ["prefill", "decode", "packed"])
 def test_fixed_layer_passes_non_spec_counts_to_conv(switch, monkeypatch, case):
     switch("P60", True)
@@ -295,6 +308,7 @@ def test_fixed_layer_passes_non_spec_counts_to_conv(switch, monkeypatch, case):
     assert kw["num_accepted_tokens"].tolist() == [3, 1]
 
 
+@ON_024
 @pytest.mark.parametrize("case", ["prefill", "decode", "packed"])
 def test_off_layer_conv_calls_as_upstream(switch, monkeypatch, case):
     switch("P60", True)
@@ -312,3 +326,37 @@ def test_off_layer_conv_calls_as_upstream(switch, monkeypatch, case):
     ((kind, kw),) = calls
     assert kind == ("fn" if case == "prefill" else "update")
     assert kw.get("num_accepted_tokens") is None
+
+
+@UPSTREAM
+def test_upstream_draftless_decode_rows_read_conv_state_at_accepted_offset(monkeypatch):
+    # The GDN builder of 0.34.0, handed what the V2 runner gives for decode rows
+    # without drafts (0 drafts, the accepted counts of the last step), and the
+    # layer on the metadata it builds.
+    from test_P60 import _builder, _decode_batch, _no_pinning
+
+    _no_pinning(monkeypatch)
+    meta = _builder().build(
+        0, _decode_batch(2), ACCEPTED.clone(), torch.zeros(2, dtype=torch.int32)
+    )
+    calls = []
+    recurrent = []
+    qgdn, layer = _layer(monkeypatch, meta, calls)
+
+    def spec_recurrent(**kw):
+        recurrent.append(kw)
+        return torch.zeros(1, kw["q"].shape[1], H, V), None
+
+    monkeypatch.setattr(qgdn, "fused_sigmoid_gating_delta_rule_update", spec_recurrent)
+    _run_core(qgdn, layer, 2)
+    # One conv update for both rows, from the conv line in block column 0 at
+    # the accepted offset (num_accepted - 1 tokens in); no prefill conv.
+    ((kind, kw),) = calls
+    assert kind == "update"
+    assert kw["conv_state_indices"].tolist() == [1, 4]
+    assert kw["num_accepted_tokens"].tolist() == [3, 1]
+    # The recurrent kernel gets the whole block window and the same counts, so
+    # it reads the state at column num_accepted - 1.
+    (rkw,) = recurrent
+    assert rkw["ssm_state_indices"].tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert rkw["num_accepted_tokens"].tolist() == [3, 1]
