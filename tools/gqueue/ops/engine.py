@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..errors import FormatError, UnsafePatchError
-from ..model.apply import FileOutcome, HunkOutcome, apply_hunks
+from ..model.apply import HunkOutcome, apply_hunks
 from ..model.diff import FileDiff, parse_diff
 from ..model.patch import PatchFile
 from ..model.paths import path_problem

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ConflictError, FormatError, StateError, UnsafePatchError, UsageError, one_line
+from ..errors import FormatError, StateError, UnsafePatchError, UsageError, one_line
 from ..fsutil import atomic_write
 from ..model.journal import StackMove
 from ..model.meta import author_problem

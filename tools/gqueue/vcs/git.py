@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 if TYPE_CHECKING:
     import git as gitpython
 
-from ..errors import GqueueError, StateError
+from ..errors import GqueueError
 from ..fsutil import fault_point
 from ..lock import held_fds
 from .worktree import REGULAR, Write, apply_writes, index_records, plan_writes
