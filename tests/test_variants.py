@@ -404,6 +404,10 @@ def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the
     main = (q.root / "queue/A1-a.patch").read_text()
     assert "title: A1 on 0.2.0" in main and ">=0.2.0" in main
     assert _lint(q) == []
+    q.run("undo")  # the undo log records it: both files back as they were
+    assert old_a1.read_text() == before and not (q.root / "queue/variants/0.1.0/A1-a.patch").exists()
+    q.run("redo")
+    assert (q.root / "queue/variants/0.1.0/A1-a.patch").read_text() == kept
     same = tmp_path / "C3-same.patch"
     same.write_text((q.root / "queue/C3-c.patch").read_text().replace("title: C3-c.patch", "title: C3 again"))
     assert json.loads(q.run("variant", "C3-c.patch", str(same), "--json").stdout)["result"]["kind"] == "one-file"

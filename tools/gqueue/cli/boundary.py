@@ -20,13 +20,14 @@ from .output import CliReporter, emit_json, err_echo, out_echo
 
 # the commands the undo log records (ops/undo.py; kept here so others start without importing it)
 UNDOABLE = frozenset({"push", "pop", "goto", "refresh", "new", "delete", "rename", "move", "fold",
-                      "header", "import"})
+                      "header", "import", "variant"})
 
 
 # the commands that write queue files (series, queue/, vendor-pin.txt) as one step of several;
 # every locked command but pin, header and build may move the stack or write in work/
-QUEUE_WRITERS = frozenset({"refresh", "new", "delete", "rename", "move", "fold", "import", "rebase", "undo", "redo"})
-WORK_READERS = frozenset({"pin", "header", "build"})
+QUEUE_WRITERS = frozenset({"refresh", "new", "delete", "rename", "move", "fold", "import", "rebase", "undo", "redo",
+                           "variant"})
+WORK_READERS = frozenset({"pin", "header", "build", "variant"})
 
 
 class Context:
