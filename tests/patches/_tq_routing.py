@@ -2,7 +2,7 @@
 
 Runs TurboQuantAttentionImpl.forward of the patched tree on CPU in a fresh interpreter
 (TRITON_INTERPRET=1, no visible CUDA device: vLLM decides at import time whether Triton is
-usable). The 0.24.0 decode launcher and the vllm_genesis launchers the patches import are
+usable), the cache as each release's model runner hands it over (``SETUP``). The upstream decode launcher and the vllm_genesis launchers the patches import are
 wrapped to record each launch, then call the real kernels.
 
 Modes: ``decode`` (three one-token requests), ``verify`` (3, 6 and 1 new tokens) and
@@ -10,6 +10,7 @@ Modes: ``decode`` (three one-token requests), ``verify`` (3, 6 and 1 new tokens)
 time with shorter contexts, to compare the launches). A ``turboquant_*`` option picks the
 cache preset (default k8v4); ``kv_shared`` builds the layer as one that reads another layer's
 cache (KV sharing), so its tail must come from the cache; ``d512`` a head size of 512;
+``soa`` (0.34.0) stores the cache in the SoA layout, as 0.34.0 does where FlyDSL decodes;
 ``err_dequant_*`` compare with float64 over the cache as
 stored (the layer's rotation and centroids), with the tail from the cache or the raw K/V. ``strict`` replaces the
 metadata's CPU copies with an object that fails when read, and records host reads of
@@ -27,7 +28,50 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
 
-SCRIPT = r"""
+# Set-up shared by the TurboQuant patch scripts, written for each release's callers.
+SETUP = r"""
+from types import SimpleNamespace as _NS
+import torch as _torch
+from vllm.config import set_current_vllm_config as _set_config
+from vllm.model_executor.layers.quantization.turboquant.config import TurboQuantConfig as _TQConfig
+from vllm.v1.attention.backends.turboquant_attn import (
+    TurboQuantAttentionBackend as _Backend, TurboQuantAttentionImpl as _Impl)
+
+# tq_cache -> (stored, handed): the cache as stored, (blocks, block_size, KV heads, slot
+# bytes), which the TurboQuant kernels read, and the tensor the backend's methods are
+# handed. 0.24.0's runner hands the stored tensor. 0.34.0's hands each layer the logical
+# [blocks, KV heads, tokens, bytes] view of a cache laid out as the backend declares
+# (supported_kv_cache_layouts: LBNHC, tokens before heads in memory), and the backend
+# transposes it back before its kernels run.
+def tq_cache(num_blocks, block_size, num_kv_heads, head_size, preset):
+    slot = _TQConfig.from_cache_dtype(preset, head_size).slot_size_aligned
+    layouts = getattr(_Backend, "supported_kv_cache_layouts", None)
+    if layouts is None:
+        stored = _torch.zeros(num_blocks, block_size, num_kv_heads, slot, dtype=_torch.uint8)
+        return stored, stored
+    logical = (num_blocks, num_kv_heads, block_size, slot)
+    order = layouts()[0].layer_view_order  # the logical axes in memory order
+    stored = _torch.zeros([logical[d] for d in order], dtype=_torch.uint8)
+    handed = stored.permute([order.index(d) for d in range(4)])
+    assert tuple(handed.shape) == logical
+    assert tuple(stored.shape) == (num_blocks, block_size, num_kv_heads, slot), stored.shape
+    return stored, handed
+
+# tq_impl: TurboQuantAttentionImpl(**kwargs) built under `config`. 0.34.0's __init__ reads
+# model_config.max_model_len (kept for the FlyDSL decode's buffers, unused on this path):
+# a config with no model gets a stand-in for that field while the layer is built.
+def tq_impl(config, **kwargs):
+    had = config.model_config
+    if had is None:
+        object.__setattr__(config, "model_config", _NS(max_model_len=4096))
+    try:
+        with _set_config(config):
+            return _Impl(**kwargs)
+    finally:
+        object.__setattr__(config, "model_config", had)
+"""
+
+SCRIPT = SETUP + r"""
 import json, sys
 import torch
 import vllm.v1.attention.backends.turboquant_attn as tqa
@@ -101,17 +145,19 @@ config.attention_config.tq_max_kv_splits_for_cuda_graph = 1
 # last layers): it stores nothing, and the key/value it is handed are its own projections
 # (not normed or rotated), not what the cache holds
 KV_SHARED = "kv_shared" in sys.argv[2:]
-with set_current_vllm_config(config):
-    impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
-                                   num_kv_heads=Hk, kv_cache_dtype=PRESET,
-                                   kv_sharing_target_layer_name="model.layers.0.attn" if KV_SHARED else None)
+impl = tq_impl(config, num_heads=Hq, head_size=D, scale=D ** -0.5,
+               num_kv_heads=Hk, kv_cache_dtype=PRESET,
+               kv_sharing_target_layer_name="model.layers.0.attn" if KV_SHARED else None)
+if "soa" in sys.argv[2:]:
+    # 0.34.0 on a gfx950 with FlyDSL: the cache is stored in the SoA layout (data and
+    # metadata regions apart in each block), which only the SoA kernels read
+    impl._use_flydsl = impl._soa_store = True
 
 g = torch.Generator().manual_seed(0)
 seqs = [21, 40, 9]
 qlens = {"decode": [1, 1, 1], "verify": [3, 6, 1], "uniform": [4, 4, 4]}[MODE]
 nb = 4
-kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
-    len(seqs) * nb + 1, bs, Hk, D, PRESET), dtype=torch.uint8)
+kv, kv_handed = tq_cache(len(seqs) * nb + 1, bs, Hk, D, PRESET)
 perm = torch.randperm(len(seqs) * nb, generator=g)
 bt = perm.view(len(seqs), nb).to(torch.int32)
 layer = torch.nn.Module()
@@ -123,7 +169,7 @@ for b, (L, ql) in enumerate(zip(seqs, qlens)):
     slots = bt[b].long()[pos // bs] * bs + pos % bs
     stored_v = v.clone()
     stored_v[L - ql:] += 4.0  # the tail's cache slots hold other values than this step's V
-    impl.do_kv_cache_update(layer, k.view(L, -1), stored_v.view(L, -1), kv, slots)
+    impl.do_kv_cache_update(layer, k.view(L, -1), stored_v.view(L, -1), kv_handed, slots)
     ks.append(k); vs.append(v)
     qs.append(torch.randn(ql, Hq, D, generator=g).to(torch.bfloat16))
     tails_k.append(k[L - ql:]); tails_v.append(v[L - ql:])
@@ -158,7 +204,7 @@ def step(seqs_now):
     k_in, v_in = torch.cat(tails_k).view(N, -1), torch.cat(tails_v).view(N, -1)
     guard["on"] = True
     try:
-        return impl.forward(layer, q.view(N, -1), k_in, v_in, kv, meta)
+        return impl.forward(layer, q.view(N, -1), k_in, v_in, kv_handed, meta)
     finally:
         guard["on"] = False
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from _interpreted import run_interpreted
+from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
 
-SCRIPT = r"""
+SCRIPT = SETUP + r"""
 import json
 import sys
 import torch
@@ -31,9 +32,8 @@ from vllm.v1.worker import workspace
 torch.accelerator.empty_cache = lambda: None
 
 Hq, Hk, D, bs = 2, 1, 16, 16
-with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
-    impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
-                                   num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
+impl = tq_impl(VllmConfig(device_config=DeviceConfig(device="cpu")), num_heads=Hq, head_size=D,
+               scale=D ** -0.5, num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
 
 def run(lock):
     workspace.init_workspace_manager(torch.device("cpu"))
@@ -42,8 +42,7 @@ def run(lock):
     torch.manual_seed(0)
     cached, new = 16, 130
     seq = cached + new
-    kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
-        16, bs, Hk, D, "turboquant_k8v4"), dtype=torch.uint8)
+    _, kv = tq_cache(16, bs, Hk, D, "turboquant_k8v4")  # as the runner hands it
     layer = torch.nn.Module()
     q = torch.randn(new, Hq, D, dtype=torch.float16)
     k = torch.randn(seq, Hk, D, dtype=torch.float16)

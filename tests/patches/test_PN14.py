@@ -25,10 +25,10 @@ from triton.runtime import interpreter
 loads = []
 _orig = interpreter.InterpreterBuilder.create_masked_load
 
-def _recording_load(self, ptrs, mask, other, cache_policy, is_volatile):
+def _recording_load(self, ptrs, mask, *rest):  # the cache/eviction arguments vary by Triton release
     loads.append((np.array(ptrs.data, dtype=np.uint64).ravel(),
                   np.array(mask.data, dtype=bool).ravel()))
-    return _orig(self, ptrs, mask, other, cache_policy, is_volatile)
+    return _orig(self, ptrs, mask, *rest)
 
 interpreter.InterpreterBuilder.create_masked_load = _recording_load
 

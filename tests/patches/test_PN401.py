@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from _interpreted import run_interpreted
+from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
 
-SCRIPT = r"""
+SCRIPT = SETUP + r"""
 import json
 import torch
 import vllm.v1.attention.backends.turboquant_attn as tqa
@@ -46,9 +47,8 @@ tqa._HAS_FLASH_ATTN = True
 tqa.flash_attn_varlen_func = varlen_ref
 
 Hq, Hk, D, bs = 2, 1, 16, 16
-with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
-    impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
-                                   num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
+impl = tq_impl(VllmConfig(device_config=DeviceConfig(device="cpu")), num_heads=Hq, head_size=D,
+               scale=D ** -0.5, num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
 
 def full(q, k, v):
     cu = torch.tensor([0, q.shape[0]])
@@ -58,8 +58,7 @@ def run(cached_b):
     # A: first chunk of 6 tokens in block 0. B: `cached_b` tokens already in
     # the TurboQuant cache (block 1) plus 6 - cached_b new ones.
     torch.manual_seed(0)
-    kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
-        4, bs, Hk, D, "turboquant_k8v4"), dtype=torch.uint8)
+    _, kv = tq_cache(4, bs, Hk, D, "turboquant_k8v4")  # as the runner hands it
     layer = torch.nn.Module()
     qA, kA, vA = (torch.randn(6, h, D, dtype=torch.float16) for h in (Hq, Hk, Hk))
     qB, kB, vB = (torch.randn(6, h, D, dtype=torch.float16) for h in (Hq, Hk, Hk))
