@@ -430,3 +430,16 @@ def test_rebase_keep_old_skip_keeps_the_patch_for_the_old_pin(tmp_path: Path) ->
     assert q.run("applied").stdout.split() == ["K1-same.patch", "K2-merge.patch", "K3-gone.patch"]
     doc = json.loads(q.run("check", "--json").stdout)
     assert doc["ok"] and [p["status"] for p in doc["pins"][1]["patches"]] == ["clean", "clean", "clean"]
+
+
+def test_diff_files_and_header_show_the_file_that_serves_the_pin(tmp_path: Path) -> None:
+    q = two_pin_queue(tmp_path)
+    doc = json.loads(q.run("header", "A1", "--json").stdout)
+    assert doc["result"]["file"] == "queue/A1-a.patch" and doc["result"]["header"]["applies_to"] == {"vllm": ">=0.2.0"}
+    pins = (q.root / "vendor-pin.txt").read_text().splitlines()  # the rollback pin becomes the main one
+    (q.root / "vendor-pin.txt").write_text(f"{pins[1].replace('rollback', 'pin', 1)}\n{pins[0].replace('pin', 'next', 1)}\n")
+    q.run("checkout")
+    doc = json.loads(q.run("diff", "A1", "--json").stdout)
+    assert doc["result"]["file"] == "queue/variants/0.1.0/A1-a.patch" and "-    return x + 7\n" in doc["result"]["diff"]
+    doc = json.loads(q.run("header", "A1", "--json").stdout)
+    assert doc["result"]["file"] == "queue/variants/0.1.0/A1-a.patch"

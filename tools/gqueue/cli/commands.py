@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..errors import ExitCode, FormatError, GqueueError, StateError, UsageError
+from ..model.patch import PatchFile
 from ..model.policies import POLICIES
 from ..ops import naming, stackops
 from ..ops.workspace import Workspace
@@ -97,6 +98,15 @@ def _target(ws: Workspace, target: str | None, all_: bool, count: int | None) ->
     if all_ or count is not None:
         raise UsageError(f"'{target}' and {'--all' if all_ else '-n'} both say how many; give one")
     return None, resolved
+
+
+def _on_pin(ws: Workspace, name: str) -> PatchFile:
+    """NAME's file that serves the pin (a variant, where one does), else queue/NAME."""
+    if name in ws.store.read_series():
+        patch = ws.resolve(name)[1]
+        if patch is not None:
+            return patch
+    return ws.store.read_patch(name)
 
 
 def _name(ws: Workspace, query: str, *, stored: bool = False) -> str:
@@ -263,9 +273,9 @@ def diff(ws: Workspace, name: str | None) -> Result:
         parent = stack.commit_below(len(stack.applied) - 1)
         text = ws.repo.diff_tree_to_tree(parent, ws.repo.snapshot_tree()).decode("utf-8", "replace")
         return {"name": stack.top.name, "diff": text}, text.rstrip("\n"), ExitCode.OK
-    patch = ws.store.read_patch(name)
+    patch = _on_pin(ws, name)
     text = patch.body.decode("utf-8", "replace")
-    return {"name": name, "diff": text}, text.rstrip("\n"), ExitCode.OK
+    return {"name": name, "file": f"queue/{patch.stored_as}", "diff": text}, text.rstrip("\n"), ExitCode.OK
 
 
 @click.command()
@@ -284,7 +294,7 @@ def files(ws: Workspace, name: str | None) -> Result:
         name = _name(ws, name, stored=True)
     series = ws.store.read_series()
     strip = series.entries[series.index(name)].strip if name in series else 1  # the entry's -pN
-    paths = [fd.path for fd in file_diffs(ws.store.read_patch(name), strip)]
+    paths = [fd.path for fd in file_diffs(_on_pin(ws, name), strip)]
     return {"name": name, "files": paths}, "\n".join(paths), ExitCode.OK
 
 
@@ -301,7 +311,7 @@ def header(ws: Workspace, name: str | None, edit: bool) -> Result:
         name = top_patch.name
     else:
         name = _name(ws, name, stored=True)
-    patch = ws.store.read_patch(name)
+    patch = _on_pin(ws, name)
     text = queueops.header_text(patch)
     if edit:
         edited = _edit_text(text, ws)
@@ -313,7 +323,7 @@ def header(ws: Workspace, name: str | None, edit: bool) -> Result:
                 exc.hint = f"{exc.hint}; {kept}" if exc.hint else kept
                 raise
             text = queueops.header_text(patch)
-    return {"name": name, "header": patch.meta.raw}, text.rstrip("\n"), ExitCode.OK
+    return {"name": name, "file": f"queue/{patch.stored_as}", "header": patch.meta.raw}, text.rstrip("\n"), ExitCode.OK
 
 
 def _saved_edit(ws: Workspace) -> Path:

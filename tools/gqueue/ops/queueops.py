@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConflictError, FormatError, StateError, UsageError
@@ -261,15 +261,16 @@ def fold(ws: Workspace, name: str) -> NameResult:
 def replace_header(store: Store, patch: PatchFile, header_yaml: str) -> PatchFile:
     text = header_yaml if header_yaml.endswith("\n") else header_yaml + "\n"
     data = HEADER_START + text.encode("utf-8") + HEADER_END
-    updated = parse_patch(data + patch.body, name=patch.name, path=f"{QUEUE}/{patch.name}")
+    where = f"{QUEUE}/{patch.stored_as}"  # a variant's header is its own file's
+    updated = replace(parse_patch(data + patch.body, name=patch.name, path=where), file=patch.file)
     if updated.header != data:  # a line '...' in the text closed the header early
         raise FormatError("a line '...' ends the header early (what follows would become text of the diff)",
-                          path=f"{QUEUE}/{patch.name}", line=updated.header.count(b"\n"))
+                          path=where, line=updated.header.count(b"\n"))
     if updated.meta.id != patch.meta.id:  # every later push would stop at the duplicate
         owner = id_owners(store, store.read_series(), besides=patch.name).get(updated.meta.id)
         if owner is not None:
             raise FormatError(f"the id '{updated.meta.id}' is already the id of {owner}",
-                              path=f"{QUEUE}/{patch.name}", line=updated.meta.line_of("id"))
+                              path=where, line=updated.meta.line_of("id"))
     _require_lints_as_before(store, patch, updated)
     store.write_patch(updated)
     return updated
@@ -282,7 +283,7 @@ def _require_lints_as_before(store: Store, patch: PatchFile, updated: PatchFile)
     from .lint import lint, new_errors
 
     before = lint(store)
-    after = lint(store, instead={patch.name: format_patch(updated)})
+    after = lint(store, instead={patch.stored_as: format_patch(updated)})
     found = new_errors(before, after)
     if found:
         first = found[0]
