@@ -185,6 +185,7 @@ print(json.dumps({
 
 
 @V2
+@pytest.mark.slow  # a fresh process imports the V2 runner under the Triton interpreter: 20 s of CPU here
 def test_upstream_scheduler_draft_ids_never_reach_the_input_ids():
     result = run_interpreted(_V2_INPUT_IDS, TREE, REPO / "kernels")
     assert result["req_ids"] == ["r0", "r1", "r2"]
