@@ -2,6 +2,10 @@
 
 No FlashInfer package is needed: a stand-in module satisfies the backend's imports
 (wrapper classes are never constructed here). The kernel path needs a GPU run.
+
+Those tests hold on 0.24.0, where P100 is carried. P100 is retired on 0.34.0, whose
+FlashInfer backend reports UNIFORM_BATCH for uniform causal spec queries itself: fa2
+decode below SM90, XQA decode on SM90 and SM12x, trtllm-gen on SM100 (test_upstream_*).
 """
 
 from __future__ import annotations
@@ -13,18 +17,25 @@ import types
 import pytest
 import torch
 
+from _pins import only_on
 from _vllm_sched import create_vllm_config, tiny_model_dir
+
+ON_024 = only_on("<0.34", "P100 is carried on 0.24.0 only")
+UPSTREAM = only_on(">=0.34", "0.34.0's own CUDA-graph support for spec decode")
 
 _STUB_NAMES = {
     "flashinfer": [
+        "BatchAttentionWithAttentionSinkWrapper",
         "BatchDecodeWithPagedKVCacheWrapper",
         "BatchPrefillWithPagedKVCacheWrapper",
         "BatchPrefillWithRaggedKVCacheWrapper",
         "MultiLevelCascadeAttentionWrapper",
+        "get_seq_lens",
+        "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
     ],
     "flashinfer.decode": ["fast_decode_plan", "trtllm_batch_decode_with_kv_cache"],
     "flashinfer.prefill": ["trtllm_batch_context_with_kv_cache"],
-    "flashinfer.utils": ["FP4Tensor"],
+    "flashinfer.utils": ["FP4Tensor", "get_device_sm_count", "get_trtllm_gen_multi_ctas_kv_counter_bytes"],
 }
 
 
@@ -58,6 +69,7 @@ def _support(fi, monkeypatch, config, trtllm: bool):
     return fi.FlashInferMetadataBuilder.get_cudagraph_support(config, spec)
 
 
+@ON_024
 def test_fixed_native_spec_decode_gets_uniform_batch(switch, backend, model_dir, monkeypatch):
     from vllm.v1.attention.backend import AttentionCGSupport
 
@@ -66,6 +78,7 @@ def test_fixed_native_spec_decode_gets_uniform_batch(switch, backend, model_dir,
     assert _support(backend, monkeypatch, config, trtllm=False) == AttentionCGSupport.UNIFORM_BATCH
 
 
+@ON_024
 def test_on_other_configs_keep_upstream_levels(switch, backend, model_dir, monkeypatch):
     from vllm.v1.attention.backend import AttentionCGSupport
 
@@ -78,6 +91,7 @@ def test_on_other_configs_keep_upstream_levels(switch, backend, model_dir, monke
     assert _support(backend, monkeypatch, spec, trtllm=False) == AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
 
+@ON_024
 def test_off_native_spec_decode_stays_single_token(switch, backend, model_dir, monkeypatch):
     from vllm.v1.attention.backend import AttentionCGSupport
 
@@ -151,6 +165,7 @@ def _uniform_batch(num_reqs: int, q_len: int, seq_lens: list[int]):
     )
 
 
+@ON_024
 @pytest.mark.parametrize("cudagraph", [False, True])
 def test_fixed_uniform_verify_batch_plans_a_causal_spec_decode(switch, backend, model_dir, monkeypatch, cudagraph):
     from vllm.config import set_current_vllm_config
@@ -183,6 +198,7 @@ def test_fixed_uniform_verify_batch_plans_a_causal_spec_decode(switch, backend, 
     assert second["paged_kv_last_page_len"].tolist() == [11, 5, 2]
 
 
+@ON_024
 def test_off_uniform_verify_batch_is_a_prefill(switch, backend, model_dir, monkeypatch):
     from vllm.config import set_current_vllm_config
 
@@ -196,3 +212,43 @@ def test_off_uniform_verify_batch_is_a_prefill(switch, backend, model_dir, monke
     assert meta.num_decodes == 0 and meta.num_prefills == 3
     assert meta.decode is None
     assert isinstance(meta.prefill, backend.FIPrefill)
+
+
+def _support_on(fi, monkeypatch, config, *, fa2: bool, sm90: bool = False, xqa_kernels: bool = True):
+    """0.34.0's get_cudagraph_support on a stand-in GPU: fa2 native decode (below SM90),
+    or SM90 with or without the XQA decode kernels (trtllm support)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    monkeypatch.setattr(fi, "_use_fa2_native_decode", lambda: fa2)
+    monkeypatch.setattr(fi.current_platform, "is_device_capability", lambda cap: sm90 and cap == 90, raising=False)
+    monkeypatch.setattr(fi.current_platform, "is_device_capability_family", lambda fam: False, raising=False)
+    monkeypatch.setattr(fi, "can_use_trtllm_attention", lambda **kwargs: xqa_kernels)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16)
+    return fi.FlashInferMetadataBuilder.get_cudagraph_support(config, spec)
+
+
+@UPSTREAM
+def test_upstream_fa2_native_decode_graphs_uniform_spec_batches(backend, model_dir, monkeypatch):
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    # Below SM90 (the case P100 was written for on 0.24.0): no TRTLLM-gen kernels,
+    # and still full decode graphs for the K + 1 verify batches.
+    spec = create_vllm_config(model_dir, num_speculative_tokens=3)
+    assert _support_on(backend, monkeypatch, spec, fa2=True) == AttentionCGSupport.UNIFORM_BATCH
+    # Non-causal (DFlash) drafting keeps single-token graphs, as P100 did.
+    spec.attention_config.use_non_causal = True
+    assert _support_on(backend, monkeypatch, spec, fa2=True) == AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+
+
+@UPSTREAM
+def test_upstream_xqa_decode_graphs_uniform_spec_batches_on_sm90(backend, model_dir, monkeypatch):
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    spec = create_vllm_config(model_dir, num_speculative_tokens=3)
+    assert _support_on(backend, monkeypatch, spec, fa2=False, sm90=True) == AttentionCGSupport.UNIFORM_BATCH
+    # Left open upstream (docs/RETIRED.md): SM90 without the XQA kernels (no
+    # artifactory access for the cubins, forced off) still gets single-token graphs.
+    assert (
+        _support_on(backend, monkeypatch, spec, fa2=False, sm90=True, xqa_kernels=False)
+        == AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    )
