@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from _interpreted import run_interpreted
+from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
 
-SCRIPT = r"""
+SCRIPT = SETUP + r"""
 import json
 import torch
 import vllm.v1.attention.backends.turboquant_attn as tqa
@@ -49,15 +50,13 @@ tqa._CONTINUATION_DECODE_MAX_CACHED_LEN = 16
 Hq, Hk, D, bs = 1, 1, 16, 16
 config = VllmConfig(device_config=DeviceConfig(device="cpu"))
 config.attention_config.tq_max_kv_splits_for_cuda_graph = 2
-with set_current_vllm_config(config):
-    impl = TurboQuantAttentionImpl(num_heads=Hq, head_size=D, scale=D ** -0.5,
-                                   num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
+impl = tq_impl(config, num_heads=Hq, head_size=D, scale=D ** -0.5,
+               num_kv_heads=Hk, kv_cache_dtype="turboquant_k8v4")
 
 def run(cached, new):
     seq = cached + new
     torch.manual_seed(0)
-    kv = torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
-        8, bs, Hk, D, "turboquant_k8v4"), dtype=torch.uint8)
+    _, kv = tq_cache(8, bs, Hk, D, "turboquant_k8v4")  # as the runner hands it
     layer = torch.nn.Module()
     q = torch.randn(new, Hq, D, dtype=torch.float16)
     k = torch.randn(seq, Hk, D, dtype=torch.float16)
