@@ -11,6 +11,7 @@ from ..errors import ExitCode
 from ..ops import build as build_op
 from ..ops import develop as develop_op
 from ..ops.workspace import Workspace
+from . import options
 from .boundary import boundary
 
 Result = tuple[Any, str, int]
@@ -23,7 +24,7 @@ def _size(size: int) -> str:
 @click.command()
 @click.option("--mode", type=click.Choice(build_op.MODES), default="overlay", show_default=True,
               help="overlay: the upstream wheel with the patched files; source: pip wheel of the patched tree (needs CUDA).")
-@click.option("--profile", help="Build only the patches this profile selects (applied in memory; work/ is untouched).")
+@options.profile("Build only the patches this profile selects (applied in memory; work/ is untouched).")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write the wheel here (default: dist/).")
 @click.option("--wheel", "wheel", type=click.Path(dir_okay=False, path_type=Path),
               help="A local copy of the pinned upstream wheel (checked against vendor-pin.txt).")

@@ -19,12 +19,12 @@ import click
 from ..errors import ExitCode, UsageError
 from ..fsutil import atomic_write
 from ..model import drift as d
-from ..model.profile import POLICIES
 from ..ops import drift as drift_op
 from ..ops import lint as lint_op
 from ..ops import plan
 from ..ops import rebase as rebase_op
 from ..ops.workspace import Workspace
+from . import options
 from .boundary import Context, boundary
 
 Result = tuple[Any, str, int]
@@ -45,8 +45,8 @@ Result = tuple[Any, str, int]
                    "Default: clean,offset,whitespace,merged3,upstream.")
 @click.option("--fuzz", "max_fuzz", type=click.IntRange(0, 3), default=2, show_default=True,
               help="How much fuzz to try when reporting what patch would do.")
-@click.option("--profile", help="Check only the patches this profile selects.")
-@click.option("--policy", type=click.Choice(POLICIES), help="The plan policy (default: the profile's).")
+@options.profile("Check only the patches this profile selects.")
+@options.policy()
 @click.option("--no-lint", is_flag=True, help="Skip 'gqueue lint' (run first by default; its errors fail the check).")
 @boundary("check")
 def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool, accept: str | None,
@@ -196,7 +196,8 @@ def render_junit(report: d.CheckReport, lint_errors: list[str] | tuple[str, ...]
                 out = ET.SubElement(case, "system-out")
                 out.text = "\n".join([body, *(f"semantic drift: {x}" for x in p.drift)]).strip()
     ET.indent(suites)
-    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="utf-8") + b"\n"
+    xml: bytes = ET.tostring(suites, encoding="utf-8")
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + xml + b"\n"
 
 
 def _esc_data(text: str) -> str:

@@ -7,13 +7,13 @@ from typing import Any
 import click
 
 from ..errors import ExitCode
-from ..model.policies import POLICIES
 from ..ops import bisect as bisect_op
 from ..ops import bisect_pins as pins_op
 from ..ops import catalogue as catalogue_op
 from ..ops import lint as lint_op
 from ..ops import plan as plan_op
 from ..ops.workspace import Workspace
+from . import options
 from .boundary import Context, boundary
 
 Result = tuple[Any, str, int]
@@ -89,9 +89,9 @@ def bisect_report(result: bisect_op.BisectResult) -> str:
 
 
 @click.command()
-@click.option("--profile", "profile", help="profiles/NAME.yaml, or a series guard name (as 'hg qselect').")
-@click.option("--policy", type=click.Choice(POLICIES), help="compat keeps all; safe drops no_op; minimal also "
-              "suspected_regression and unknown. Default: the profile's policy, else compat.")
+@options.profile("profiles/NAME.yaml, or a series guard name (as 'hg qselect').")
+@options.policy("compat keeps all; safe drops no_op; minimal also suspected_regression and unknown. "
+                "Default: the profile's policy, else compat.")
 @click.option("--list", "list_profiles", is_flag=True, help="List the profiles under profiles/.")
 @boundary("plan", needs_queue=False)
 def plan(ctx: Context, profile: str | None, policy: str | None, list_profiles: bool) -> Result:

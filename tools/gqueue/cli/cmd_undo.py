@@ -7,6 +7,7 @@ import click
 from ..errors import ExitCode
 from ..ops import undo as undo_op
 from ..ops.workspace import Workspace
+from . import options
 from .boundary import boundary
 
 
@@ -26,8 +27,8 @@ _FORCE = "Go on over unrefreshed changes, or files changed since; they are saved
 
 
 @click.command()
-@click.option("-n", "count", type=click.IntRange(min=1), default=1, help="Undo this many operations.")
-@click.option("-f", "--force", is_flag=True, help=_FORCE)
+@options.count("Undo this many operations.", default=1)
+@options.force(_FORCE)
 @boundary("undo")
 def undo(ws: Workspace, count: int, force: bool) -> tuple[object, str, int]:
     """Put the queue and the stack back as they were before the last recorded operation."""
@@ -36,8 +37,8 @@ def undo(ws: Workspace, count: int, force: bool) -> tuple[object, str, int]:
 
 
 @click.command()
-@click.option("-n", "count", type=click.IntRange(min=1), default=1, help="Redo this many operations.")
-@click.option("-f", "--force", is_flag=True, help=_FORCE)
+@options.count("Redo this many operations.", default=1)
+@options.force(_FORCE)
 @boundary("redo")
 def redo(ws: Workspace, count: int, force: bool) -> tuple[object, str, int]:
     """Do again what the last undo took back."""

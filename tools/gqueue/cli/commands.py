@@ -1,8 +1,11 @@
-"""The commands. Each one parses options, calls one operation and renders its result."""
+"""The commands. Each one parses options, calls one operation and renders its result.
+
+Modules that push, pop and refresh do not need (queueops, recovery, reorder, plan, pins) are
+imported inside the commands that use them, so those start without them.
+"""
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import tempfile
@@ -11,30 +14,13 @@ from typing import Any
 
 import click
 
-from ..errors import ExitCode, FormatError, GqueueError, StateError, UsageError
-from ..model.patch import PatchFile
-from ..model.policies import POLICIES
-from ..ops import naming, stackops
+from ..errors import ExitCode, FormatError, GqueueError, UsageError
+from ..ops import naming, queries, stackops
 from ..ops.workspace import Workspace
-from .completion import PATCH
+from . import options
 from .boundary import Context, boundary
-from .render import push_report
-
-
-class _OnDemand:
-    """A module imported on first use: push, pop and refresh start without the others."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(f"..ops.{self._name}", __package__), attr)
-
-
-plan = _OnDemand("plan")
-queueops = _OnDemand("queueops")
-recovery = _OnDemand("recovery")
-reorder = _OnDemand("reorder")
+from .completion import PATCH
+from .render import pins_text, push_report, series_text, status_text
 
 Result = tuple[Any, str, int]
 
@@ -45,6 +31,8 @@ Result = tuple[Any, str, int]
 @boundary("init", needs_queue=False)
 def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
     """Start a queue in the current (or -C) directory."""
+    from ..ops import queueops
+
     result = queueops.init(ctx.directory, pin_spec, record=not no_record)
     return result.to_json(), f"initialised a queue on {result.pin} in {result.root}", ExitCode.OK
 
@@ -55,21 +43,13 @@ def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
 @boundary("pin")
 def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
     """Show the pins of vendor-pin.txt; --record fills in their hashes from the index."""
-    pins = ws.store.read_pins()
     if record:
-        from ..upstream.resolve import record_hashes  # the download stack loads only here
+        from ..ops import pins as pins_op  # the download stack loads only here
 
-        for entry in pins.pins:
-            pins = pins.with_line(record_hashes(entry, wheel=wheel))  # every pin: build --pin needs its wheel
-        ws.store.write_pins(pins)
-    rows = [{"label": p.label, "source": p.source, "kind": p.kind, "project": p.project, "version": p.version,
-             "identity": p.identity, "sdist_sha256": p.sdist_sha256, "wheel_sha256": p.wheel_sha256,
-             "commit": p.commit} for p in pins.pins]
-    text = "\n".join(f"{r['label']:<10} {r['source']:<24} "
-                     + (f"commit {str(r['commit'])[:12]} ({r['project']} {r['version']})" if r["commit"]
-                        else f"sdist {str(r['sdist_sha256'])[:12]}")
-                     + (f" wheel {str(r['wheel_sha256'])[:12]}" if r["wheel_sha256"] else "") for r in rows)
-    return {"pins": rows}, text, ExitCode.OK
+        result = pins_op.record(ws, wheel=wheel)
+    else:
+        result = queries.pins(ws)
+    return result.to_json(), pins_text(result), ExitCode.OK
 
 
 @click.command()
@@ -100,15 +80,6 @@ def _target(ws: Workspace, target: str | None, all_: bool, count: int | None) ->
     return None, resolved
 
 
-def _on_pin(ws: Workspace, name: str) -> PatchFile:
-    """NAME's file that serves the pin (a variant, where one does), else queue/NAME."""
-    if name in ws.store.read_series():
-        patch = ws.resolve(name)[1]
-        if patch is not None:
-            return patch
-    return ws.store.read_patch(name)
-
-
 def _name(ws: Workspace, query: str, *, stored: bool = False) -> str:
     """A patch named on the command line: file name, name without .patch, id or unique prefix."""
     return naming.patch_name(ws.store, query, stored=stored)
@@ -116,19 +87,23 @@ def _name(ws: Workspace, query: str, *, stored: bool = False) -> str:
 
 @click.command()
 @click.argument("target", required=False, type=PATCH)
-@click.option("-a", "--all", "all_", is_flag=True, help="Push the whole series.")
-@click.option("-n", "count", type=click.IntRange(min=1), help="Push this many patches.")
-@click.option("-f", "--force", is_flag=True, help="Apply what applies; leave .rej files; a refresh is then required.")
+@options.all_("Push the whole series.")
+@options.count("Push this many patches.")
+@options.force("Apply what applies; leave .rej files; a refresh is then required.")
 @click.option("--fuzz", type=click.IntRange(0, 3), default=0, help="Accept hunks that need up to N lines of fuzz.")
 @click.option("--refresh", "refresh_moved", is_flag=True,
               help="Rewrite each patch whose hunks landed at an offset (or with fuzz) to where they landed.")
-@click.option("--profile", help="Push only the patches this profile selects (see 'gqueue plan').")
-@click.option("--policy", type=click.Choice(POLICIES), help="The plan policy (default: the profile's).")
+@options.profile("Push only the patches this profile selects (see 'gqueue plan').")
+@options.policy()
 @boundary("push")
 def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool, fuzz: int,
          refresh_moved: bool, profile: str | None, policy: str | None) -> Result:
     """Apply the next patch(es) of the series, one commit each."""
-    selected = plan.filtered_series(ws.store, profile, policy) if profile or policy else None
+    selected = None
+    if profile or policy:
+        from ..ops import plan
+
+        selected = plan.filtered_series(ws.store, profile, policy)
     target, how_many = _target(ws, target, all_, count)
     if refresh_moved:
         if force:
@@ -142,9 +117,9 @@ def push(ws: Workspace, target: str | None, all_: bool, count: int | None, force
 
 @click.command()
 @click.argument("target", required=False, type=PATCH)
-@click.option("-a", "--all", "all_", is_flag=True, help="Pop every applied patch.")
-@click.option("-n", "count", type=click.IntRange(min=1), help="Pop this many patches.")
-@click.option("-f", "--force", is_flag=True, help="Discard unrefreshed changes (saved under .gqueue/saved/ first).")
+@options.all_("Pop every applied patch.")
+@options.count("Pop this many patches.")
+@options.force("Discard unrefreshed changes (saved under .gqueue/saved/ first).")
 @boundary("pop")
 def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force: bool) -> Result:
     """Unapply patches; with TARGET, pop until TARGET is the top."""
@@ -158,7 +133,7 @@ def pop(ws: Workspace, target: str | None, all_: bool, count: int | None, force:
 
 @click.command()
 @click.argument("name", type=PATCH)
-@click.option("-f", "--force", is_flag=True)
+@options.force()
 @boundary("goto")
 def goto(ws: Workspace, name: str, force: bool) -> Result:
     """Push or pop until NAME is the top patch."""
@@ -170,7 +145,7 @@ def goto(ws: Workspace, name: str, force: bool) -> Result:
 
 
 @click.command()
-@click.option("-f", "--force", is_flag=True, help="Overwrite a patch file edited by hand since it was pushed.")
+@options.force("Overwrite a patch file edited by hand since it was pushed.")
 @boundary("refresh")
 def refresh(ws: Workspace, force: bool) -> Result:
     """Write the work tree's changes into the top patch (its header is kept)."""
@@ -183,40 +158,28 @@ def refresh(ws: Workspace, force: bool) -> Result:
     return result.to_json(), text, ExitCode.OK
 
 
-def _stack_names(ws: Workspace) -> tuple[list[str], list[str]]:
-    series = ws.store.read_series()
-    applied = ws.stack().names if ws.repo.exists() else []
-    return series.names, applied
-
-
 @click.command()
 @boundary("top", lock=False)
 def top(ws: Workspace) -> Result:
     """The top applied patch."""
-    _, applied = _stack_names(ws)
-    if not applied:
-        raise StateError("no patch is applied")
-    return {"top": applied[-1]}, applied[-1], ExitCode.OK
+    name = queries.top(ws)
+    return {"top": name}, name, ExitCode.OK
 
 
 @click.command(name="next")
 @boundary("next", lock=False)
 def next_(ws: Workspace) -> Result:
     """The patch the next push would apply."""
-    names, applied = _stack_names(ws)
-    if len(applied) >= len(names):
-        raise StateError("the whole series is applied")
-    return {"next": names[len(applied)]}, names[len(applied)], ExitCode.OK
+    name = queries.next_patch(ws)
+    return {"next": name}, name, ExitCode.OK
 
 
 @click.command()
 @boundary("prev", lock=False)
 def prev(ws: Workspace) -> Result:
     """The patch below the top."""
-    _, applied = _stack_names(ws)
-    if len(applied) < 2:
-        raise StateError("no patch below the top")
-    return {"prev": applied[-2]}, applied[-2], ExitCode.OK
+    name = queries.prev(ws)
+    return {"prev": name}, name, ExitCode.OK
 
 
 @click.command()
@@ -224,19 +187,15 @@ def prev(ws: Workspace) -> Result:
 @boundary("series", lock=False)
 def series(ws: Workspace, verbose: bool) -> Result:
     """Every patch of the series, in order."""
-    names, applied = _stack_names(ws)
-    lines = []
-    for i, name in enumerate(names):
-        mark = ("=" if i == len(applied) - 1 else "+") if i < len(applied) else " "
-        lines.append(f"{mark} {name}" if verbose else name)
-    return {"series": names, "applied": applied}, "\n".join(lines), ExitCode.OK
+    result = queries.stack_names(ws)
+    return result.to_json(), series_text(result, verbose=verbose), ExitCode.OK
 
 
 @click.command()
 @boundary("applied", lock=False)
 def applied(ws: Workspace) -> Result:
     """The applied patches, bottom first."""
-    _, names = _stack_names(ws)
+    names = list(queries.stack_names(ws).applied)
     return {"applied": names}, "\n".join(names), ExitCode.OK
 
 
@@ -244,8 +203,7 @@ def applied(ws: Workspace) -> Result:
 @boundary("unapplied", lock=False)
 def unapplied(ws: Workspace) -> Result:
     """The patches not applied yet."""
-    names, applied_names = _stack_names(ws)
-    rest = names[len(applied_names) :]
+    rest = list(queries.stack_names(ws).unapplied)
     return {"unapplied": rest}, "\n".join(rest), ExitCode.OK
 
 
@@ -256,6 +214,8 @@ def unapplied(ws: Workspace) -> Result:
 @boundary("new")
 def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Result:
     """Start an empty patch right after the current top and make it the top."""
+    from ..ops import queueops
+
     result = queueops.new(ws, name, patch_id=patch_id, title=title)
     return result.to_json(), f"created {name} ({result.detail}); edit work/ and run 'gqueue refresh'", ExitCode.OK
 
@@ -265,17 +225,8 @@ def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Re
 @boundary("diff", lock=False)
 def diff(ws: Workspace, name: str | None) -> Result:
     """The top patch's diff including unrefreshed changes; or NAME's diff as stored."""
-    stack = ws.stack()
-    name = _name(ws, name, stored=True) if name is not None else None
-    if name is None or (stack.top and name == stack.top.name):
-        if stack.top is None:
-            raise StateError("no patch is applied")
-        parent = stack.commit_below(len(stack.applied) - 1)
-        text = ws.repo.diff_tree_to_tree(parent, ws.repo.snapshot_tree()).decode("utf-8", "replace")
-        return {"name": stack.top.name, "diff": text}, text.rstrip("\n"), ExitCode.OK
-    patch = _on_pin(ws, name)
-    text = patch.body.decode("utf-8", "replace")
-    return {"name": name, "file": f"queue/{patch.stored_as}", "diff": text}, text.rstrip("\n"), ExitCode.OK
+    result = queries.diff(ws, name)
+    return result.to_json(), result.diff.rstrip("\n"), ExitCode.OK
 
 
 @click.command()
@@ -283,19 +234,8 @@ def diff(ws: Workspace, name: str | None) -> Result:
 @boundary("files", lock=False)
 def files(ws: Workspace, name: str | None) -> Result:
     """The files a patch (default: the top) changes."""
-    from ..ops.engine import file_diffs
-
-    if name is None:
-        top_patch = ws.stack().top
-        if top_patch is None:
-            raise StateError("no patch is applied")
-        name = top_patch.name
-    else:
-        name = _name(ws, name, stored=True)
-    series = ws.store.read_series()
-    strip = series.entries[series.index(name)].strip if name in series else 1  # the entry's -pN
-    paths = [fd.path for fd in file_diffs(_on_pin(ws, name), strip)]
-    return {"name": name, "files": paths}, "\n".join(paths), ExitCode.OK
+    result = queries.files(ws, name)
+    return result.to_json(), "\n".join(result.files), ExitCode.OK
 
 
 @click.command()
@@ -304,14 +244,10 @@ def files(ws: Workspace, name: str | None) -> Result:
 @boundary("header")
 def header(ws: Workspace, name: str | None, edit: bool) -> Result:
     """Show (or --edit) a patch's YAML header."""
-    if name is None:
-        top_patch = ws.stack().top
-        if top_patch is None:
-            raise StateError("no patch is applied")
-        name = top_patch.name
-    else:
-        name = _name(ws, name, stored=True)
-    patch = _on_pin(ws, name)
+    from ..ops import queueops
+
+    name = queries.named_or_top(ws, name)
+    patch = queries.on_pin(ws, name)
     text = queueops.header_text(patch)
     if edit:
         edited = _edit_text(text, ws)
@@ -360,6 +296,8 @@ def _edit_text(text: str, ws: Workspace) -> str:
 @boundary("delete")
 def delete(ws: Workspace, name: str, keep: bool) -> Result:
     """Remove a patch from the series (the file goes to .gqueue/deleted/ unless --keep)."""
+    from ..ops import queueops
+
     name = _name(ws, name)
     result = queueops.delete(ws, name, keep_file=keep)
     return result.to_json(), f"{name}: {result.detail}", ExitCode.OK
@@ -371,6 +309,8 @@ def delete(ws: Workspace, name: str, keep: bool) -> Result:
 @boundary("rename")
 def rename(ws: Workspace, old: str, new_name: str) -> Result:
     """Rename a patch (file, series entry and, if applied, its commit)."""
+    from ..ops import queueops
+
     old = _name(ws, old)
     result = queueops.rename(ws, old, new_name)
     return result.to_json(), f"renamed {old} to {new_name}", ExitCode.OK
@@ -389,6 +329,8 @@ def move(ws: Workspace, name: str, before: str | None, after: str | None, first:
     A patch moved below an applied one is applied, one moved above an unapplied one is not; the
     others keep their state. Whether every patch to re-apply applies in the new order is
     checked before anything changes (a conflict exits 3 and changes nothing)."""
+    from ..ops import reorder
+
     if sum((before is not None, after is not None, first, last)) != 1:
         raise UsageError("say where: one of --before OTHER, --after OTHER, --first, --last")
     name = _name(ws, name)
@@ -409,6 +351,8 @@ def move(ws: Workspace, name: str, before: str | None, after: str | None, first:
 @boundary("fold")
 def fold(ws: Workspace, name: str) -> Result:
     """Fold the unapplied patch NAME into the top patch."""
+    from ..ops import queueops
+
     name = _name(ws, name)
     result = queueops.fold(ws, name)
     return result.to_json(), f"folded {name} {result.detail}", ExitCode.OK
@@ -418,60 +362,15 @@ def fold(ws: Workspace, name: str) -> Result:
 @boundary("repair")
 def repair(ws: Workspace) -> Result:
     """Bring the stack back to a consistent state and say what was done."""
+    from ..ops import recovery
+
     result = recovery.repair(ws)
     return result.to_json(), "\n".join(result.actions), ExitCode.OK
-
-
-def _forced_push_status(name: str, dirty: list[str], info: dict[str, Any]) -> list[str]:
-    """status's lines on a forced push waiting for its refresh: the .rej files and what to do."""
-    rejects = sorted(p for p in dirty if p.endswith(".rej"))
-    info["forced_push"] = {"patch": name, "rejects": rejects}
-    lines = [f"{name} was pushed with --force and needs a refresh; its failed hunks are in "
-             f"{len(rejects)} .rej file(s):"]
-    lines += [f"  work/{path}" for path in rejects]
-    lines.append("make those changes in work/, then 'gqueue refresh' (it removes the .rej files); "
-                 "or 'gqueue pop -f' to drop the partial push")
-    return lines
-
-
-def _stack_readable(ws: Workspace) -> bool:
-    try:
-        ws.stack()
-    except GqueueError:
-        return False
-    return True
 
 
 @click.command()
 @boundary("status", lock=False)
 def status(ws: Workspace) -> Result:
     """Where the stack stands: pin, applied patches, unrefreshed changes."""
-    pin = ws.pin()
-    names = ws.store.read_series().names
-    info: dict[str, Any] = {"pin": pin.describe(), "series": len(names), "checked_out": ws.repo.exists()}
-    lines = [f"pin: {pin.describe()}", f"series: {len(names)} patch(es)"]
-    rebasing = ws.rebasing()
-    if ws.repo.exists() and rebasing and not _stack_readable(ws):
-        # killed while it ran: the stack is between the two pins, and only the rebase goes on from there
-        info.update({"applied": None, "rebase_in_progress": True})
-        lines.append(f"a rebase to {ws.pin().describe()} was interrupted: 'gqueue rebase --continue' goes on, "
-                     "'gqueue rebase --abort' undoes it")
-        return info, "\n".join(lines), ExitCode.OK
-    if ws.repo.exists():
-        stack = ws.stack()
-        dirty = ws.repo.dirty_paths()
-        info.update({"applied": len(stack.applied), "top": stack.top.name if stack.top else None, "dirty": dirty})
-        lines.append(f"applied: {len(stack.applied)}" + (f", top {stack.top.name}" if stack.top else ""))
-        if dirty:
-            lines.append(f"unrefreshed changes: {len(dirty)} file(s)")
-        if ws.needs_refresh_path.exists():
-            lines += _forced_push_status(ws.needs_refresh_path.read_text().strip(), dirty, info)
-        if ws.read_journal():
-            lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
-        info["rebase_in_progress"] = rebasing
-        if rebasing:
-            lines.append(f"a rebase to {ws.pin().describe()} is in progress: 'gqueue rebase --continue | --skip | --retire | --abort'")
-    else:
-        lines.append("no work tree: run 'gqueue checkout'")
-    return info, "\n".join(lines), ExitCode.OK
-
+    result = queries.status(ws)
+    return result.to_json(), status_text(result), ExitCode.OK

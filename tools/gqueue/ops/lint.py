@@ -130,7 +130,7 @@ def lint(store: Store, *, instead: dict[str, bytes] | None = None) -> LintReport
 
 def check_profiles(store: Store) -> list[Finding]:
     """Each profile parses, and resolves under every policy without a dropped dependency."""
-    from ..model.profile import POLICIES
+    from ..model.policies import POLICIES
     from .plan import PROFILES, load_profile, plan, profile_names
 
     out: list[Finding] = []
