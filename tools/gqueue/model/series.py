@@ -53,6 +53,10 @@ class Series:
     def __contains__(self, name: object) -> bool:
         return any(e.name == name for e in self.entries)
 
+    def strip_of(self, name: str) -> int:
+        """The -pN of NAME's entry; 1 for a patch file outside the series."""
+        return self.entries[self.index(name)].strip if name in self else 1
+
     def text(self) -> str:
         return "".join(self.lines)
 

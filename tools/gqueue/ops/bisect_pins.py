@@ -89,14 +89,6 @@ def releases(project: str, lo: str, hi: str, *, pre: bool = False) -> tuple[list
     return [raw for raw, _ in ordered], dict(ordered)
 
 
-def export_tree(ws: Workspace, commit: str, dest: Path) -> None:
-    """Write the files of ``commit`` under ``dest`` (through a temporary index)."""
-    with tempfile.TemporaryDirectory(prefix="gqueue-idx-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        ws.repo.run("read-tree", commit, env=env)
-        ws.repo.run(f"--work-tree={dest}", "checkout-index", "-a", "-f", env=env)
-
-
 class _Tester:
     def __init__(self, ws: Workspace, entries: list[SeriesEntry], shas: dict[str, str], argv: Sequence[str],
                  runner: Runner, *, lenient: bool) -> None:
@@ -146,7 +138,7 @@ class _Tester:
             self.ws.reporter.note(f"{version}: good (applies{self._without()})")
             return GOOD
         with tempfile.TemporaryDirectory(prefix=f"gqueue-{version}-") as tmp:
-            export_tree(self.ws, commit, Path(tmp))
+            self.ws.repo.export_files(commit, Path(tmp))  # a throw-away index: work/ is untouched
             env = dict(os.environ, GQUEUE_BISECT_VERSION=version)
             code = self.runner(self.argv, Path(tmp), env)
         judged = verdict_of(code)

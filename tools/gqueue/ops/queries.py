@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from ..errors import GqueueError, StateError
 from ..model.patch import PatchFile
 from ..model.pin import Pin, PinFile
-from ..model.series import Series
 from .engine import file_diffs
 from .naming import patch_name
 from .workspace import Workspace
@@ -86,11 +85,6 @@ def named_or_top(ws: Workspace, query: str | None) -> str:
     return top_patch.name
 
 
-def strip_of(series: Series, name: str) -> int:
-    """The -pN of NAME's series entry; 1 for a file outside the series."""
-    return series.entries[series.index(name)].strip if name in series else 1
-
-
 @dataclass(frozen=True)
 class DiffResult:
     name: str
@@ -129,7 +123,7 @@ class FilesResult:
 def files(ws: Workspace, query: str | None) -> FilesResult:
     """The files a patch (default: the top) changes, in the -pN its series entry gives."""
     name = named_or_top(ws, query)
-    strip = strip_of(ws.store.read_series(), name)
+    strip = ws.store.read_series().strip_of(name)
     return FilesResult(name, tuple(fd.path for fd in file_diffs(on_pin(ws, name), strip)))
 
 

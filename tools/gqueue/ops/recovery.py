@@ -206,7 +206,7 @@ def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
             ws.repo.update_ref(BRANCH, new)
             actions.append(f"finished an interrupted {op}")
         elif old is not None and head == old:
-            index_tree = ws.repo.run("write-tree", check=False).decode().strip()
+            index_tree = ws.repo.index_tree()
             dirty = ws.repo.dirty_paths()
             if journal.force:
                 # a forced move discards work-tree changes by design; keep a copy all the same

@@ -416,13 +416,12 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     parent = stack.commit_below(len(stack.applied) - 1)
     forced_push = ws.needs_refresh_path.exists()
     series = ws.store.read_series()
-    strip = _strip_of(series, top.name)
+    strip = series.strip_of(top.name)
     if not force and not forced_push:
         _require_unedited(ws, stack, patch, strip)
     if forced_push:
         _remove_rejects(ws)
-    ws.repo.run("add", "-A", "--", ".")
-    tree = ws.repo.run("write-tree").decode().strip()
+    tree = ws.repo.stage_all()
     body = ws.repo.diff_tree_to_tree(parent, tree, strip=strip)  # in the -pN the series gives it
     files = sorted({fd.path for fd in _require_pushable(body, strip)})  # mode-only changes too
     new_patch = with_body(patch, body)
@@ -478,11 +477,6 @@ def _landing(outcome: PatchResult) -> list[tuple[str, str, tuple[tuple[str, int]
     return [(f.path, f.status, tuple((h.status, h.line) for h in f.hunks)) for f in outcome.files]
 
 
-def _strip_of(series: Series, name: str) -> int:
-    """The -pN of the series entry ``name`` (1 when the series no longer lists it)."""
-    return series.entries[series.index(name)].strip if name in series else 1
-
-
 def require_top_unedited(ws: Workspace, stack: Stack) -> None:
     """Refuse when the top patch's file was edited by hand since it was pushed (refresh would
     overwrite the edit); not after a forced push, whose commit holds only part of the patch."""
@@ -491,7 +485,7 @@ def require_top_unedited(ws: Workspace, stack: Stack) -> None:
         return
     patch = ws.resolve(top.name)[1]
     if patch is not None:  # a patch not carried on the pin has an empty commit and no file to overwrite
-        _require_unedited(ws, stack, patch, _strip_of(ws.store.read_series(), top.name))
+        _require_unedited(ws, stack, patch, ws.store.read_series().strip_of(top.name))
 
 
 def _require_unedited(ws: Workspace, stack: Stack, patch: PatchFile, strip: int) -> None:
@@ -529,7 +523,7 @@ def _require_patch_matches_commit(ws: Workspace, patch: PatchFile, parent: str, 
     view.prefetch(touched_paths([patch]))
     outcome = apply_patch(view, patch, strip=strip)
     expected = ws.repo.tree_entries(commit)
-    touched = set(ws.repo.run("diff", "--name-only", "--no-renames", "-z", parent, commit).decode().split("\0")) - {""}
+    touched = set(ws.repo.changed_paths(parent, commit))
     if outcome.ok and touched != set(outcome.changes):
         raise StateError(
             f"queue/{patch.stored_as} was edited after it was pushed; refresh would overwrite that edit",

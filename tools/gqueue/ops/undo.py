@@ -215,11 +215,8 @@ def _tops(ws: Workspace, *heads: str | None) -> dict[str | None, str | None]:
     tops: dict[str | None, str | None] = {None: None}
     wanted = sorted({h for h in heads if h})
     if wanted:
-        out = ws.repo.run("log", "--no-walk=unsorted", "--format=%H%x00%B%x1e", *wanted).decode("utf-8", "replace")
-        for record in out.split("\x1e"):
-            sha, _, message = record.strip("\n").partition("\0")
-            if sha:
-                tops[sha] = trailer_value(message)
+        for sha, message in ws.repo.messages(wanted).items():
+            tops[sha] = trailer_value(message)
     return tops
 
 

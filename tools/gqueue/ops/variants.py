@@ -66,7 +66,7 @@ def adopt(ws: Workspace, name: str, source: Path) -> VariantResult:
     older = others[0].version
     if new.meta.get("retired") is not None:
         kind, writes = "retired", [new]
-    elif same_change(old.body, new.body, series.entries[series.index(name)].strip if name in series else 1):
+    elif same_change(old.body, new.body, series.strip_of(name)):
         wider = widened(new.meta.vllm_spec, older, main.version)
         kind = "one-file"
         writes = [new if wider is None else with_fields(new, {"applies_to": with_vllm_range(new.meta.get("applies_to"), wider)})]

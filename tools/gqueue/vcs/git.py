@@ -183,6 +183,19 @@ class WorkRepo:
     def message(self, commit: str) -> str:
         return self.run("log", "-1", "--format=%B", commit).decode("utf-8", "replace")
 
+    def messages(self, commits: Iterable[str]) -> dict[str, str]:
+        """Each commit's message (full id -> message), from one ``git log``."""
+        wanted = list(commits)
+        if not wanted:
+            return {}
+        out = self.run("log", "--no-walk=unsorted", "--format=%H%x00%B%x1e", *wanted).decode("utf-8", "replace")
+        found: dict[str, str] = {}
+        for record in out.split("\x1e"):
+            sha, _, message = record.strip("\n").partition("\0")
+            if sha:
+                found[sha] = message
+        return found
+
     def first_parent_chain(self, head: str, stop: str) -> list[tuple[str, str]]:
         """(sha, message) from ``stop`` (exclusive) up to ``head``, oldest first."""
         return [(sha, msg) for sha, _parent, _tree, msg in self.chain_with_parents(head, stop)]
@@ -467,6 +480,15 @@ class WorkRepo:
 
     def set_head(self, ref: str) -> None:
         self.run("symbolic-ref", "HEAD", ref)
+
+    def stage_all(self) -> str:
+        """Stage every change of the work tree (new files not ignored too) in the index; its tree."""
+        self.run("add", "-A", "--", ".")
+        return self.run("write-tree").decode().strip()
+
+    def index_tree(self) -> str:
+        """The index as a tree object; "" where it cannot be written (unmerged entries, damage)."""
+        return self.run("write-tree", check=False).decode().strip()
 
     def snapshot_tree(self) -> str:
         """The work tree (tracked changes and new files not ignored) as a tree object.
