@@ -15,11 +15,12 @@ import os
 from pathlib import Path
 
 from _interpreted import run_interpreted
+from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
 
-SCRIPT = r"""
+SCRIPT = SETUP + r"""
 import inspect, json, logging, sys
 from types import ModuleType, SimpleNamespace
 import torch
@@ -35,14 +36,17 @@ MODE, SPEC = sys.argv[1], int(sys.argv[2])  # on | fail | sticky | shared, specu
 torch.accelerator.empty_cache = lambda: None
 workspace.init_workspace_manager(torch.device("cpu"))
 
-# the other warm-ups need a real model and GPU (MiniMax's module does not even
-# import without vLLM's compiled ops; kernel_warmup imports it when called)
-for name in ("deepseek_v4_mhc_warmup", "flashinfer_sparse_mla_decode_autotune_warmup",
-             "deepseek_v4_sparse_mla_attention_warmup"):
-    setattr(kw, name, lambda *a, **k: None)
-mm = ModuleType("vllm.model_executor.warmup.minimax_m3_msa_warmup")
-mm.minimax_m3_msa_warmup = lambda *a, **k: None
-sys.modules[mm.__name__] = mm
+# the other warm-ups need a real model and GPU: every warm-up and autotune function of
+# the module but PN522's is stubbed, and so are the modules kernel_warmup imports when
+# called (MiniMax's does not even import without vLLM's compiled ops)
+for name, obj in list(vars(kw).items()):
+    if (inspect.isfunction(obj) and name != "kernel_warmup" and "genesis" not in name
+            and ("warmup" in name or "autotune" in name)):
+        setattr(kw, name, lambda *a, **k: None)
+for name in ("minimax_m3_msa_warmup", "step5_dsa_warmup"):
+    mm = ModuleType("vllm.model_executor.warmup." + name)
+    setattr(mm, name, lambda *a, **k: None)
+    sys.modules[mm.__name__] = mm
 
 signature = inspect.signature(gtq.warmup_verify)
 calls = []
@@ -76,11 +80,9 @@ if SPEC:
     object.__setattr__(config, "speculative_config", SimpleNamespace(num_speculative_tokens=SPEC))
 
 def tq_layer(hq, hk, d, preset, block, dtype=torch.bfloat16, bound=True):
-    with set_current_vllm_config(config):
-        impl = TurboQuantAttentionImpl(num_heads=hq, head_size=d, scale=d ** -0.5,
-                                       num_kv_heads=hk, kv_cache_dtype=preset)
-    shape = TurboQuantAttentionBackend.get_kv_cache_shape(3, block, hk, d, preset)
-    cache = torch.zeros(shape, dtype=torch.uint8) if bound else torch.tensor([])
+    impl = tq_impl(config, num_heads=hq, head_size=d, scale=d ** -0.5,
+                   num_kv_heads=hk, kv_cache_dtype=preset)
+    cache = tq_cache(3, block, hk, d, preset)[1] if bound else torch.tensor([])  # as bound to the layer
     return SimpleNamespace(impl=impl, kv_cache=cache, dtype=dtype)
 
 ctx = config.compilation_config.static_forward_context
@@ -95,10 +97,17 @@ if MODE == "shared":  # l0's shape, reading l0's cache (KV sharing)
     ctx["l7"] = tq_layer(6, 2, 32, "turboquant_k8v4", 16)
     ctx["l7"].kv_sharing_target_layer_name = "l0"
 
+# the runner's block tables for 16-token pages, 80 wide: 0.24.0's V1 runner keeps them in
+# input_batch.block_table, 0.34.0's V2 runner in block_tables (one per KV cache group)
 worker = SimpleNamespace(
     vllm_config=config, scheduler_config=config.scheduler_config,
-    model_runner=SimpleNamespace(attn_groups=[], is_pooling_model=False, input_batch=SimpleNamespace(
-        block_table=SimpleNamespace(block_tables=[SimpleNamespace(block_size=16, max_num_blocks_per_req=80)]))),
+    model_runner=SimpleNamespace(
+        attn_groups=[], is_pooling_model=False,
+        jit_warmup_registry=SimpleNamespace(warmup=lambda: None),
+        input_batch=SimpleNamespace(block_table=SimpleNamespace(
+            block_tables=[SimpleNamespace(block_size=16, max_num_blocks_per_req=80)])),
+        block_tables=SimpleNamespace(block_sizes=[16], input_block_tables=[
+            torch.zeros(4, 80, dtype=torch.int32)])),
     get_model=lambda: None)
 
 kw.kernel_warmup(worker)
@@ -130,8 +139,7 @@ if _gv is not None:
         return _gv(*a, **k)
     tqa.genesis_tq_verify = rec_gv
 layer = ctx["l0"]
-impl, kv = layer.impl, torch.zeros(TurboQuantAttentionBackend.get_kv_cache_shape(
-    4, 16, 2, 32, "turboquant_k8v4"), dtype=torch.uint8)
+impl, kv = layer.impl, tq_cache(4, 16, 2, 32, "turboquant_k8v4")[1]
 g = torch.Generator().manual_seed(0)
 seqs, ql = [9, 20], 3
 bt = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
