@@ -6,6 +6,7 @@ TurboQuantAttentionImpl.forward on CPU under the Triton interpreter; see _tq_rou
 
 from __future__ import annotations
 
+from _pins import only_on
 from _tq_routing import run
 
 
@@ -57,3 +58,14 @@ def test_head_size_512_keeps_the_upstream_kernel(switch):
     assert res["calls"]["genesis_decode"] == []
     assert res["calls"]["upstream"] == [3]
     assert res["err_dequant_cache_tail"] < 1e-2
+
+
+@only_on(">=0.34", "0.34.0 stores the cache in an SoA layout where FlyDSL decodes")
+def test_soa_cache_keeps_the_upstream_kernel(switch):
+    """Where FlyDSL decodes (gfx950) 0.34.0 stores the cache in an SoA layout, which only its
+    SoA kernels read: P40 stands aside there (the grouped kernel reads the AoS layout; on
+    an SoA cache its output was NaN). What 0.34.0's SoA kernels return under the CPU
+    interpreter is not checked: they are upstream's, and meant for the GPU."""
+    switch("P40", True)
+    res = run("decode", "soa")
+    assert res["calls"]["genesis_decode"] == []

@@ -8,6 +8,7 @@ reference with the cached tail and the one with the raw tail differ clearly.
 
 from __future__ import annotations
 
+from _pins import only_on
 from _tq_routing import run
 
 
@@ -50,3 +51,14 @@ def test_head_size_512_keeps_the_per_request_loop(switch):
     assert res["calls"]["genesis_verify"] == []
     assert res["calls"]["upstream"] == [3, 6, 1]
     assert res["err_dequant_cache_tail"] < 1e-2
+
+
+@only_on(">=0.34", "0.34.0 stores the cache in an SoA layout where FlyDSL decodes")
+def test_soa_cache_keeps_the_per_request_loop(switch):
+    """On 0.34.0's SoA cache (FlyDSL, see test_P40.py) the multi-query kernel, which reads
+    the AoS layout, is not launched, by P67's route or by P67b's."""
+    switch("P67", True)
+    switch("P67b", True)
+    for mode in ("verify", "uniform"):
+        res = run(mode, "soa")
+        assert res["calls"]["genesis_verify"] == [], mode
