@@ -18,11 +18,18 @@ run: $(VENV)/.tool
 	$(GQ) push --all
 	@echo 'gqueue is $(GQ) here; to have it on PATH: export PATH="$$PWD/$(VENV)/bin:$$PATH"' >&2
 
-# What the patch tests import: CPU torch and the vLLM tree's own runtime requirements.
-$(VENV)/.vllm-deps: $(VENV)/.tool
-	@test -f work/requirements/common.txt || $(MAKE) run
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -r work/requirements/common.txt numba
+# What the patch tests import: CPU torch and a vLLM tree's own runtime requirements. One
+# environment serves the patch tests of every gated pin: the newest pin's (vLLM 0.34.0: torch
+# 2.14.0, Python >= 3.11; 0.24.0's tests pass there too). TEST_PIN_TREE is the tree whose
+# requirements/common.txt it installs: work/ once the main pin is 0.34.0, until then a 0.34.0 tree.
+TEST_TORCH    ?= 2.14.0
+TEST_PIN_TREE ?= work
+TEST_ENV      := $(VENV)/.vllm-deps-torch$(TEST_TORCH)
+
+$(TEST_ENV): $(VENV)/.tool
+	@test -f $(TEST_PIN_TREE)/requirements/common.txt || $(MAKE) run
+	$(PY) -m pip install -q torch==$(TEST_TORCH)
+	$(PY) -m pip install -q -r $(TEST_PIN_TREE)/requirements/common.txt numba
 	touch $@
 
 check-queue: $(VENV)/.tool
@@ -38,17 +45,26 @@ JOBS   ?= auto
 PYTEST := $(PY) -m pytest -m "not gpu" -p no:cacheprovider -n $(JOBS) --dist worksteal
 PHASE   = @echo "=== make test: $(1) [$$(date -u +%H:%M:%S)]"
 
+# The patch tests run on the tree of every gated pin: work/ (the main pin's) in phase 5, and in
+# phase 6 each tree of OTHER_PIN_TREES (the other pins' trees, each with the queue applied, until
+# `gqueue export-tree` builds them from vendor-pin.txt). Phase 5 also runs every fixed-behaviour
+# test on each gated pin's pristine tree (tests/test_patch_tests_fail_on_pristine.py).
+OTHER_PIN_TREES ?=
+
 test: $(VENV)/.tool
-	$(call PHASE,phase 1/5: the main job (checkout and push the queue))
+	$(call PHASE,phase 1/6: the main job (checkout and push the queue))
 	@$(MAKE) --no-print-directory run
-	$(call PHASE,phase 2/5: the test environment (CPU torch, vLLM's requirements))
-	@$(MAKE) --no-print-directory $(VENV)/.vllm-deps
-	$(call PHASE,phase 3/5: the queue gate (lint, docs, check))
+	$(call PHASE,phase 2/6: the test environment (CPU torch, vLLM's requirements))
+	@$(MAKE) --no-print-directory $(TEST_ENV)
+	$(call PHASE,phase 3/6: the queue gate (lint, docs, check))
 	@$(MAKE) --no-print-directory check-queue
-	$(call PHASE,phase 4/5: kernel tests under the Triton interpreter)
+	$(call PHASE,phase 4/6: kernel tests under the Triton interpreter)
 	$(PYTEST) tests/kernels
-	$(call PHASE,phase 5/5: the tool's tests, the patch tests and the real-sdist tests)
+	$(call PHASE,phase 5/6: the tool's tests, the patch tests and the real-sdist tests)
 	$(PYTEST) --ignore=tests/kernels
+	$(call PHASE,phase 6/6: the patch tests on the other gated pins' trees)
+	@for tree in $(OTHER_PIN_TREES); do echo "patch tests on $$tree"; \
+		GQUEUE_VLLM_TREE=$$tree $(PYTEST) tests/patches || exit 1; done
 	$(call PHASE,done)
 
 bench: $(VENV)/.tool

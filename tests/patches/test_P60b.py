@@ -55,10 +55,11 @@ _KERNEL_SCRIPT = textwrap.dedent(
 
         _load = interp.InterpreterBuilder.create_masked_load
         _store = interp.InterpreterBuilder.create_masked_store
+        # (the arguments after the mask differ between Triton releases: 3.8 passes is_volatile)
         interp.InterpreterBuilder.create_masked_load = (
-            lambda self, p, m, o, c, v: _load(self, p, _bool_mask(m), o, c, v))
+            lambda self, p, m, *rest: _load(self, p, _bool_mask(m), *rest))
         interp.InterpreterBuilder.create_masked_store = (
-            lambda self, p, val, m, c: _store(self, p, val, _bool_mask(m), c))
+            lambda self, p, val, m, *rest: _store(self, p, val, _bool_mask(m), *rest))
     W, DIM, NUM_SPEC = 4, 8, 2
     SL = W - 1
     g = torch.Generator().manual_seed(0)
