@@ -4,6 +4,7 @@ a private download cache, and no editor or pager that could block."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -39,9 +40,7 @@ def real_cache(monkeypatch: pytest.MonkeyPatch) -> str:
     return REAL_CACHE
 
 
-import sys as _sys
-
-_sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # which phase of the suite is running, each phase's time and the slowest tests in the summary
 import phases  # noqa: E402

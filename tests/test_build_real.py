@@ -65,7 +65,7 @@ def test_real_overlay_wheel(tmp_path: Path, real_cache: Path) -> None:
     assert doc["ok"], doc
     result = doc["result"]
     wheel = q.root / result["wheel"]
-    assert wheel.name.startswith(f"vllm-0.24.0+gq.") and result["patches"] == applied
+    assert wheel.name.startswith("vllm-0.24.0+gq.") and result["patches"] == applied
     verify_record(wheel)
 
     python = fresh_venv(tmp_path / "venv")

@@ -7,7 +7,6 @@ main pin), where 0.2.0 renumbered the body of f7 in vllm/util.py.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
