@@ -1,7 +1,8 @@
 """The commands. Each one parses options, calls one operation and renders its result.
 
-Modules that push, pop and refresh do not need (queueops, recovery, reorder, plan, pins) are
-imported inside the commands that use them, so those start without them.
+Modules that push, pop and refresh do not need (queueops, recovery, reorder, plan, queries) are
+imported inside the commands that use them, so those start without them; the commands that
+only show the queue and the stack are in cmd_show.py.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any
 import click
 
 from ..errors import ExitCode, FormatError, GqueueError, UsageError
-from ..ops import naming, queries, stackops
+from ..ops import naming, stackops
 from ..ops.workspace import Workspace
 from . import options
 from .boundary import Context, boundary
 from .completion import PATCH
-from .render import pins_text, push_report, series_text, status_text
+from .render import push_report
 
 Result = tuple[Any, str, int]
 
@@ -35,21 +36,6 @@ def init(ctx: Context, pin_spec: str, no_record: bool) -> Result:
 
     result = queueops.init(ctx.directory, pin_spec, record=not no_record)
     return result.to_json(), f"initialised a queue on {result.pin} in {result.root}", ExitCode.OK
-
-
-@click.command()
-@click.option("--record", is_flag=True, help="Fill in missing sdist sha256s of vendor-pin.txt from the index.")
-@click.option("--wheel", is_flag=True, help="With --record: also each index pin's binary wheel sha256 and file name.")
-@boundary("pin")
-def pin(ws: Workspace, record: bool, wheel: bool) -> Result:
-    """Show the pins of vendor-pin.txt; --record fills in their hashes from the index."""
-    if record:
-        from ..ops import pins as pins_op  # the download stack loads only here
-
-        result = pins_op.record(ws, wheel=wheel)
-    else:
-        result = queries.pins(ws)
-    return result.to_json(), pins_text(result), ExitCode.OK
 
 
 @click.command()
@@ -159,55 +145,6 @@ def refresh(ws: Workspace, force: bool) -> Result:
 
 
 @click.command()
-@boundary("top", lock=False)
-def top(ws: Workspace) -> Result:
-    """The top applied patch."""
-    name = queries.top(ws)
-    return {"top": name}, name, ExitCode.OK
-
-
-@click.command(name="next")
-@boundary("next", lock=False)
-def next_(ws: Workspace) -> Result:
-    """The patch the next push would apply."""
-    name = queries.next_patch(ws)
-    return {"next": name}, name, ExitCode.OK
-
-
-@click.command()
-@boundary("prev", lock=False)
-def prev(ws: Workspace) -> Result:
-    """The patch below the top."""
-    name = queries.prev(ws)
-    return {"prev": name}, name, ExitCode.OK
-
-
-@click.command()
-@click.option("-v", "verbose", is_flag=True, help="Mark applied (+) and top (=) patches.")
-@boundary("series", lock=False)
-def series(ws: Workspace, verbose: bool) -> Result:
-    """Every patch of the series, in order."""
-    result = queries.stack_names(ws)
-    return result.to_json(), series_text(result, verbose=verbose), ExitCode.OK
-
-
-@click.command()
-@boundary("applied", lock=False)
-def applied(ws: Workspace) -> Result:
-    """The applied patches, bottom first."""
-    names = list(queries.stack_names(ws).applied)
-    return {"applied": names}, "\n".join(names), ExitCode.OK
-
-
-@click.command()
-@boundary("unapplied", lock=False)
-def unapplied(ws: Workspace) -> Result:
-    """The patches not applied yet."""
-    rest = list(queries.stack_names(ws).unapplied)
-    return {"unapplied": rest}, "\n".join(rest), ExitCode.OK
-
-
-@click.command()
 @click.argument("name")
 @click.option("--id", "patch_id", help="The patch id (default: the name up to its first '-').")
 @click.option("--title", help="The title (default: from the name).")
@@ -222,29 +159,11 @@ def new(ws: Workspace, name: str, patch_id: str | None, title: str | None) -> Re
 
 @click.command()
 @click.argument("name", required=False, type=PATCH)
-@boundary("diff", lock=False)
-def diff(ws: Workspace, name: str | None) -> Result:
-    """The top patch's diff including unrefreshed changes; or NAME's diff as stored."""
-    result = queries.diff(ws, name)
-    return result.to_json(), result.diff.rstrip("\n"), ExitCode.OK
-
-
-@click.command()
-@click.argument("name", required=False, type=PATCH)
-@boundary("files", lock=False)
-def files(ws: Workspace, name: str | None) -> Result:
-    """The files a patch (default: the top) changes."""
-    result = queries.files(ws, name)
-    return result.to_json(), "\n".join(result.files), ExitCode.OK
-
-
-@click.command()
-@click.argument("name", required=False, type=PATCH)
 @click.option("--edit", is_flag=True, help="Edit the header in $EDITOR (the diff is untouched).")
 @boundary("header")
 def header(ws: Workspace, name: str | None, edit: bool) -> Result:
     """Show (or --edit) a patch's YAML header."""
-    from ..ops import queueops
+    from ..ops import queries, queueops
 
     name = queries.named_or_top(ws, name)
     patch = queries.on_pin(ws, name)
@@ -366,11 +285,3 @@ def repair(ws: Workspace) -> Result:
 
     result = recovery.repair(ws)
     return result.to_json(), "\n".join(result.actions), ExitCode.OK
-
-
-@click.command()
-@boundary("status", lock=False)
-def status(ws: Workspace) -> Result:
-    """Where the stack stands: pin, applied patches, unrefreshed changes."""
-    result = queries.status(ws)
-    return result.to_json(), status_text(result), ExitCode.OK

@@ -25,6 +25,8 @@ LAZY_COMMANDS = {
     "import": "cmd_interop", "export": "cmd_interop",
     "lint": "cmd_tools", "docs": "cmd_tools", "bisect": "cmd_tools", "plan": "cmd_tools",
     "undo": "cmd_undo", "redo": "cmd_undo",
+    "status": "cmd_show", "pin": "cmd_show", "series": "cmd_show", "applied": "cmd_show", "unapplied": "cmd_show",
+    "top": "cmd_show", "next": "cmd_show", "prev": "cmd_show", "diff": "cmd_show", "files": "cmd_show",
 }
 
 

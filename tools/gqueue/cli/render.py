@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..errors import one_line
 from ..model.status import EXACT, Status
 from ..ops.engine import PatchResult
-from ..ops.queries import PinsResult, StackNames, StatusResult
 from ..ops.stackops import NotCarried, PushResult
 
 
@@ -87,46 +86,3 @@ def push_report(result: PushResult, *, advice: bool = True) -> str:
 
 def _not_carried_line(skipped: NotCarried) -> str:
     return f"{'n/a (not carried on this pin)':<34} {skipped.name}  ({one_line(skipped.reason)})"
-
-
-def pins_text(result: PinsResult) -> str:
-    """pin: a line per pin (label, source, then its commit or its sdist hash, and its wheel hash)."""
-    return "\n".join(f"{p.label:<10} {p.source:<24} "
-                     + (f"commit {str(p.commit)[:12]} ({p.project} {p.version})" if p.commit
-                        else f"sdist {str(p.sdist_sha256)[:12]}")
-                     + (f" wheel {str(p.wheel_sha256)[:12]}" if p.wheel_sha256 else "") for p in result.pins)
-
-
-def series_text(names: StackNames, *, verbose: bool) -> str:
-    """series: a name a line; ``verbose`` marks the applied (+) and the top (=)."""
-    lines = []
-    for i, name in enumerate(names.series):
-        mark = ("=" if i == len(names.applied) - 1 else "+") if i < len(names.applied) else " "
-        lines.append(f"{mark} {name}" if verbose else name)
-    return "\n".join(lines)
-
-
-def status_text(result: StatusResult) -> str:
-    lines = [f"pin: {result.pin}", f"series: {result.series} patch(es)"]
-    if not result.checked_out:
-        lines.append("no work tree: run 'gqueue checkout'")
-        return "\n".join(lines)
-    if result.interrupted_rebase:
-        lines.append(f"a rebase to {result.pin} was interrupted: 'gqueue rebase --continue' goes on, "
-                     "'gqueue rebase --abort' undoes it")
-        return "\n".join(lines)
-    lines.append(f"applied: {result.applied}" + (f", top {result.top}" if result.top else ""))
-    if result.dirty:
-        lines.append(f"unrefreshed changes: {len(result.dirty)} file(s)")
-    if result.forced_push is not None:
-        forced = result.forced_push
-        lines.append(f"{forced.patch} was pushed with --force and needs a refresh; its failed hunks are in "
-                     f"{len(forced.rejects)} .rej file(s):")
-        lines += [f"  work/{path}" for path in forced.rejects]
-        lines.append("make those changes in work/, then 'gqueue refresh' (it removes the .rej files); "
-                     "or 'gqueue pop -f' to drop the partial push")
-    if result.pending:
-        lines.append("an interrupted operation is pending: the next command finishes it, or run 'gqueue repair'")
-    if result.rebasing:
-        lines.append(f"a rebase to {result.pin} is in progress: 'gqueue rebase --continue | --skip | --retire | --abort'")
-    return "\n".join(lines)
