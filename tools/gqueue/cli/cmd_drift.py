@@ -20,8 +20,6 @@ from ..errors import ExitCode, UsageError
 from ..fsutil import atomic_write
 from ..model import drift as d
 from ..ops import drift as drift_op
-from ..ops import lint as lint_op
-from ..ops import plan
 from ..ops import rebase as rebase_op
 from ..ops.workspace import Workspace
 from . import options
@@ -56,15 +54,10 @@ def check(ws: Workspace, pins: tuple[str, ...], junit: Path | None, github: bool
         accepted = d.parse_accept(accept) if accept is not None else d.DEFAULT_ACCEPT
     except ValueError as exc:
         raise UsageError(f"--accept: {exc}") from None
-    lint_errors: list[str] = []
-    if not no_lint:
-        findings = lint_op.lint(ws.store)
-        lint_errors = [f.render() for f in findings.findings if f.severity == "error"]
-        for finding in findings.findings:
-            ws.reporter.note(f"lint: {finding.render()}")
-    only = {e.name for e in plan.select_patches(ws.store, profile, policy)} if profile or policy else None
-    report = drift_op.check(ws, pins, accept=accepted, max_fuzz=max_fuzz, only=only)
-    code = ExitCode.OK if report.ok and not lint_errors else ExitCode.CONFLICT
+    gated = drift_op.gate(ws, pins, accept=accepted, max_fuzz=max_fuzz, profile=profile, policy=policy,
+                          run_lint=not no_lint)
+    report, lint_errors = gated.report, gated.lint_errors
+    code = ExitCode.OK if gated.ok else ExitCode.CONFLICT
     if junit is not None:
         atomic_write(junit, render_junit(report, lint_errors))
     ctx: Context = click.get_current_context().obj

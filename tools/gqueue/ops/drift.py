@@ -7,7 +7,7 @@ or file of the work tree moves), then :class:`SeriesRun` applies the series in m
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from ..model import drift as d
@@ -19,6 +19,8 @@ from ..upstream.resolve import record_hashes
 from .checkout import EXCLUDES, import_pin
 from .drift_engine import SeriesRun
 from .engine import file_diffs
+from .lint import lint
+from .plan import select_patches
 from .workspace import Workspace, base_ref
 
 
@@ -107,6 +109,33 @@ def check(ws: Workspace, specs: tuple[str, ...] = (), *, accept: frozenset[str] 
         old_pin, old_commit = (base_pin, base_commit) if same else (pin, commit)
         reports.append(check_pin(ws, old_pin, old_commit, pin, commit, resolved, accept=accept, max_fuzz=max_fuzz))
     return d.CheckReport(tuple(reports), accept)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """check's verdict: the drift report and the errors lint found first (rendered lines)."""
+
+    report: d.CheckReport
+    lint_errors: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and not self.lint_errors
+
+
+def gate(ws: Workspace, specs: tuple[str, ...] = (), *, accept: frozenset[str] = d.DEFAULT_ACCEPT,
+         max_fuzz: int = 2, profile: str | None = None, policy: str | None = None,
+         run_lint: bool = True) -> GateResult:
+    """``gqueue check``: lint (each finding a note; its errors fail the gate), then the drift
+    of the patches a profile selects (default: the whole series) on each pin."""
+    lint_errors: list[str] = []
+    if run_lint:
+        findings = lint(ws.store)
+        lint_errors = [f.render() for f in findings.findings if f.severity == "error"]
+        for finding in findings.findings:
+            ws.reporter.note(f"lint: {finding.render()}")
+    only = {e.name for e in select_patches(ws.store, profile, policy)} if profile or policy else None
+    return GateResult(check(ws, specs, accept=accept, max_fuzz=max_fuzz, only=only), tuple(lint_errors))
 
 
 def check_pin(ws: Workspace, base_pin: Pin, base_commit: str, pin: Pin, commit: str,
