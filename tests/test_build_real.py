@@ -65,7 +65,10 @@ def test_real_overlay_wheel(tmp_path: Path, real_cache: Path) -> None:
     assert doc["ok"], doc
     result = doc["result"]
     wheel = q.root / result["wheel"]
-    assert wheel.name.startswith("vllm-0.24.0+gq.") and result["patches"] == applied
+    from gqueue.model.pin import parse_pins
+
+    main = parse_pins((REPO / "vendor-pin.txt").read_text()).main
+    assert wheel.name.startswith(f"vllm-{main.version}+gq.") and result["patches"] == applied
     verify_record(wheel)
 
     python = fresh_venv(tmp_path / "venv")
