@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""How each stack command's cost grows with the series' length, beside its anchors, in one run.
+
+For each length N (default 33, 300, 1000) a synthetic series (tools/bench/synthseries.py,
+seed 0, every edit where vllm 0.25.0 left the lines around it alone) over the pinned vLLM
+tree, and times, as whole commands, in turns over ``--rounds`` rounds:
+
+- ``gqueue push --all``, ``gqueue check --pin vllm==0.25.0`` (the pin already fetched and
+  imported, so a cached-pin check), ``gqueue pop --all``, and ``gqueue --version`` (the floor
+  of any gqueue command) in each round;
+- then, with the series pushed, the top patch's first file touched and refreshed, by
+  ``gqueue refresh`` and by ``quilt refresh`` on a copy of the tree with the same series
+  pushed by quilt, in turns;
+- ``gqueue rebase --abort`` of a rebase to 0.25.0 stopped at its last patch (one patch that
+  conflicts there appended to the series), beside its floor: ``git read-tree --reset -u`` of
+  the same two trees in work/ (the files --abort must put back).
+
+Prints a table and writes it to docs/bench/growth.md.
+
+    python tools/bench/growth.py [--sizes 33,300,1000] [--rounds 3] [--out docs/bench/growth.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tools"))
+
+from synthseries import generate  # noqa: E402
+
+from gqueue.model.pin import parse_pins  # noqa: E402
+from gqueue.upstream.resolve import sdist_path  # noqa: E402
+
+GQ = [sys.executable, "-m", "gqueue"]
+ENV = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", QUILT_PC=".pc", LC_ALL="C", GIT_AUTHOR_NAME="b",
+           GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@x")
+ENV.pop("PYTHONDONTWRITEBYTECODE", None)  # as in an installed copy (see stack.py)
+NEW_PIN = "vllm==0.25.0"
+# A patch of the project's queue that conflicts on 0.25.0: appended to each series, the rebase
+# stops there, so --abort has every other patch's move to take back.
+CONFLICTING = "P62-struct-out-spec-reasoning-timing.patch"
+
+
+def run(cmd: list[str], cwd: Path, *, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, env=ENV, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stdout.decode()[-2000:]}\n{proc.stderr.decode()[-2000:]}")
+    return proc
+
+
+def timed(cmd: list[str], cwd: Path, *, check: bool = True) -> float:
+    start = time.perf_counter()
+    run(cmd, cwd, check=check)
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def touch_top(tree: Path, queue: Path, series: Path) -> None:
+    names = [line.split()[0] for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    body = (queue / names[-1]).read_text()
+    path = next(line[6:] for line in body.splitlines() if line.startswith("+++ b/"))
+    with (tree / path).open("a") as handle:
+        handle.write("# refreshed by the benchmark\n")
+
+
+def one_size(n: int, tmp: Path, tree: Path, pin_text: str, rounds: int) -> dict[str, list[float]]:
+    q = tmp / f"q{n}"
+    (q / "queue").mkdir(parents=True)
+    (q / "vendor-pin.txt").write_text(pin_text)
+    (q / "series").write_text("# empty\n")
+    run([*GQ, "checkout"], q)
+    run([*GQ, "check", "--pin", NEW_PIN], q)  # fetches and imports the new pin's tree: later checks are cached
+    work = q / "work"
+    tags = run(["git", "tag", "-l", "gqueue/pin/*"], work).stdout.decode().split()
+    new_tag = next(t for t in tags if t.endswith("0.25.0"))
+    new_tree = tmp / f"new{n}"
+    new_tree.mkdir()
+    archive = run(["git", "archive", new_tag], work).stdout
+    subprocess.run(["tar", "-x", "-C", str(new_tree)], input=archive, check=True)
+    names = generate(work, q, n=n, seed=0, stable_against=new_tree)
+    shutil.rmtree(new_tree)
+    qt = tmp / f"quilt{n}"
+    shutil.copytree(tree, qt, symlinks=True)
+    shutil.copytree(q / "queue", qt / "patches")
+    (qt / "patches" / "series").write_text("".join(f"{name}\n" for name in names))
+    run(["quilt", "push", "-a", "-q"], qt)
+    samples: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        samples.setdefault(key, []).append(value)
+
+    for _ in range(rounds):  # in turns, so that a slow spell of the machine hits every command
+        add("push --all", timed([*GQ, "push", "--all"], q))
+        add("check (cached pin)", timed([*GQ, "check", "--pin", NEW_PIN], q))
+        add("pop --all", timed([*GQ, "pop", "--all"], q))
+        add("gqueue --version", timed([*GQ, "--version"], q))
+    run([*GQ, "push", "--all"], q)
+    for _ in range(rounds):
+        touch_top(work, q / "queue", q / "series")
+        add("refresh", timed([*GQ, "refresh"], q))
+        touch_top(qt, q / "queue", q / "series")  # quilt rewrites its copy with its own labels
+        add("quilt refresh", timed(["quilt", "refresh"], qt))
+    shutil.rmtree(qt)
+    run([*GQ, "pop", "--all"], q)
+    _abort_rounds(q, rounds, add)
+    shutil.rmtree(q)
+    return samples
+
+
+def _abort_rounds(q: Path, rounds: int, add) -> None:  # type: ignore[no-untyped-def]
+    """--abort of a rebase stopped at the appended conflicting patch, and its floor."""
+    shutil.copy(REPO / "queue" / CONFLICTING, q / "queue" / CONFLICTING)
+    with (q / "series").open("a") as handle:
+        handle.write(f"{CONFLICTING}\n")
+    if run([*GQ, "push", "--all"], q, check=False).returncode != 0:
+        print(f"  {q.name}: {CONFLICTING} does not apply on this series; --abort not measured", file=sys.stderr)
+        return
+    work = q / "work"
+    old = run(["git", "rev-parse", "HEAD"], work).stdout.decode().strip()
+    for _ in range(rounds):
+        stop = run([*GQ, "rebase", "--pin", NEW_PIN], q, check=False)
+        if stop.returncode == 0:
+            print(f"  {q.name}: the rebase did not stop; --abort not measured", file=sys.stderr)
+            return
+        stopped = run(["git", "rev-parse", "HEAD"], work).stdout.decode().strip()
+        time.sleep(1.1)  # as a hand would: the stop's files are a second old (git's racy-clean check)
+        add("rebase --abort", timed([*GQ, "rebase", "--abort"], q))
+        run(["git", "read-tree", "--reset", "-u", stopped], work)
+        time.sleep(1.1)
+        add("git read-tree (the same trees)", timed(["git", "read-tree", "--reset", "-u", old], work))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="33,300,1000")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "growth.md")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    pins = parse_pins((REPO / "vendor-pin.txt").read_text())
+    pin_text = f"pin {pins.main.source} {' '.join(f'{k}={v}' for k, v in pins.main.options.items())}\n"
+    results: dict[int, dict[str, list[float]]] = {}
+    loads = []
+    with tempfile.TemporaryDirectory(prefix="gqueue-bench-growth-") as tmp_name:
+        tmp = Path(tmp_name)
+        with tarfile.open(sdist_path(pins.main)) as tar:
+            tar.extractall(tmp / "x", filter="data")
+        tree = next((tmp / "x").iterdir())
+        for n in sizes:
+            results[n] = one_size(n, tmp, tree, pin_text, args.rounds)
+            loads.append(os.getloadavg()[0])
+            print(f"{n}: " + ", ".join(f"{k} {median(v):.3f}" for k, v in results[n].items()), file=sys.stderr)
+    keys = ["gqueue --version", "push --all", "pop --all", "refresh", "quilt refresh", "check (cached pin)",
+            "rebase --abort", "git read-tree (the same trees)"]
+    lines = [
+        f"Series: synthetic (tools/bench/synthseries.py, seed 0, edits where vllm 0.25.0 left the lines alone) "
+        f"over vllm {pins.main.version}, of {', '.join(map(str, sizes))} patches; for --abort, the project's "
+        f"{CONFLICTING} appended, on which the rebase to {NEW_PIN} stops.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, shared: "
+        f"load average {', '.join(f'{x:.1f}' for x in loads)} after each length. Whole commands, wall time, "
+        f"median of {args.rounds} rounds (range in brackets), the commands of a length taken in turns.",
+        "",
+        "| command | " + " | ".join(f"{n} patches" for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    for key in keys:
+        cells = []
+        for n in sizes:
+            values = results[n].get(key)
+            cells.append(f"{median(values):.3f} s ({min(values):.3f}–{max(values):.3f})" if values else "not measured")
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines.append("")
+    ratios = []
+    for n in sizes:
+        r = results[n]
+        if r.get("quilt refresh"):
+            ratios.append(f"{n}: refresh {median(r['refresh']) / median(r['quilt refresh']):.2f}x quilt's")
+        if r.get("rebase --abort"):
+            ratios.append(f"{n}: rebase --abort {median(r['rebase --abort']) / median(r['git read-tree (the same trees)']):.1f}x "
+                          "its read-tree floor")
+    lines += ["Ratios (medians of the same run): " + "; ".join(ratios) + ".", "",
+              f"Command: `python tools/bench/growth.py --sizes {args.sizes} --rounds {args.rounds}`"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
