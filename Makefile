@@ -59,13 +59,13 @@ OTHER_PINS ?= $(shell awk '!/^[[:space:]]*(\#|$$)/ && $$1 != "pin" {print $$1}' 
 test: $(VENV)/.tool
 	$(call PHASE,phase 1/6: the main job (checkout and push the queue))
 	@$(MAKE) --no-print-directory run
-	$(call PHASE,phase 2/6: the test environment (CPU torch, vLLM's requirements))
+	$(call PHASE,phase 2/6: the test environment (CPU torch and vLLM's requirements))
 	@$(MAKE) --no-print-directory $(TEST_ENV)
-	$(call PHASE,phase 3/6: the gates (ruff and mypy; the queue's lint, docs and check))
+	$(call PHASE,phase 3/6: the gates (ruff and mypy; the queue's lint and docs and check))
 	@$(MAKE) --no-print-directory check-code check-queue
 	$(call PHASE,phase 4/6: kernel tests under the Triton interpreter)
 	$(PYTEST) tests/kernels
-	$(call PHASE,phase 5/6: the tool's tests, the patch tests and the real-sdist tests)
+	$(call PHASE,phase 5/6: the tool's tests and the patch tests and the real-sdist tests)
 	$(PYTEST) --ignore=tests/kernels
 	$(call PHASE,phase 6/6: the patch tests on the other gated pins' trees)
 	@for label in $(OTHER_PINS); do rm -rf pins/$$label && $(GQ) export-tree --pin $$label pins/$$label && \
