@@ -11,13 +11,13 @@ tree, and times, as whole commands, in turns over ``--rounds`` rounds:
 - then, with the series pushed, the top patch's first file touched and refreshed, by
   ``gqueue refresh`` and by ``quilt refresh`` on a copy of the tree with the same series
   pushed by quilt, in turns;
-- ``gqueue rebase --abort`` of a rebase to 0.25.0 stopped at its last patch (one patch that
-  conflicts there appended to the series), beside its floor: ``git read-tree --reset -u`` of
+- ``gqueue rebase --abort`` of a rebase to 0.25.0 stopped at its last patch (the diff of one
+  patch that conflicts there appended to the series), beside its floor: ``git read-tree --reset -u`` of
   the same two trees in work/ (the files --abort must put back).
 
 Prints a table and writes it to docs/bench/growth.md.
 
-    python tools/bench/growth.py [--sizes 33,300,1000] [--rounds 3] [--out docs/bench/growth.md]
+    python tools/bench/growth.py [--sizes 33,300,1000] [--rounds 3] [--base vllm==0.24.0] [--out docs/bench/growth.md]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 from synthseries import generate  # noqa: E402
 
+from gqueue.model.patch import split_header  # noqa: E402
 from gqueue.model.pin import parse_pins  # noqa: E402
 from gqueue.upstream.resolve import sdist_path  # noqa: E402
 
@@ -48,8 +49,9 @@ ENV = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", QUILT_PC=".pc", LC_ALL="C", GIT_
            GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@x")
 ENV.pop("PYTHONDONTWRITEBYTECODE", None)  # as in an installed copy (see stack.py)
 NEW_PIN = "vllm==0.25.0"
-# A patch of the project's queue that conflicts on 0.25.0: appended to each series, the rebase
-# stops there, so --abort has every other patch's move to take back.
+# A patch of the project's queue whose diff conflicts on 0.25.0: its diff, under a header of its
+# own (the queue's header may say more than the 0.24.0 -> 0.25.0 move needs), is appended to
+# each series, the rebase stops there, so --abort has every other patch's move to take back.
 CONFLICTING = "P62-struct-out-spec-reasoning-timing.patch"
 
 
@@ -107,7 +109,7 @@ def one_size(n: int, tmp: Path, tree: Path, pin_text: str, rounds: int) -> dict[
 
     for _ in range(rounds):  # in turns, so that a slow spell of the machine hits every command
         add("push --all", timed([*GQ, "push", "--all"], q))
-        add("check (cached pin)", timed([*GQ, "check", "--pin", NEW_PIN], q))
+        add("check (cached pin)", timed([*GQ, "check", "--pin", NEW_PIN], q, check=False))  # timed whatever it finds
         add("pop --all", timed([*GQ, "pop", "--all"], q))
         add("gqueue --version", timed([*GQ, "--version"], q))
     run([*GQ, "push", "--all"], q)
@@ -125,7 +127,8 @@ def one_size(n: int, tmp: Path, tree: Path, pin_text: str, rounds: int) -> dict[
 
 def _abort_rounds(q: Path, rounds: int, add) -> None:  # type: ignore[no-untyped-def]
     """--abort of a rebase stopped at the appended conflicting patch, and its floor."""
-    shutil.copy(REPO / "queue" / CONFLICTING, q / "queue" / CONFLICTING)
+    _header, diff = split_header((REPO / "queue" / CONFLICTING).read_bytes())
+    (q / "queue" / CONFLICTING).write_bytes(b"---\nid: P62\ntitle: conflicts on 0.25.0\n...\n" + diff)
     with (q / "series").open("a") as handle:
         handle.write(f"{CONFLICTING}\n")
     if run([*GQ, "push", "--all"], q, check=False).returncode != 0:
@@ -151,15 +154,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="33,300,1000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "growth.md")
+    parser.add_argument("--base", default="vllm==0.24.0", help="the pin of vendor-pin.txt (any label) the series is on")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    pins = parse_pins((REPO / "vendor-pin.txt").read_text())
-    pin_text = f"pin {pins.main.source} {' '.join(f'{k}={v}' for k, v in pins.main.options.items())}\n"
+    base = parse_pins((REPO / "vendor-pin.txt").read_text()).find(args.base)
+    if base is None:
+        raise SystemExit(f"vendor-pin.txt has no pin {args.base}")
+    pin_text = f"pin {base.source} {' '.join(f'{k}={v}' for k, v in base.options.items())}\n"
     results: dict[int, dict[str, list[float]]] = {}
     loads = []
     with tempfile.TemporaryDirectory(prefix="gqueue-bench-growth-") as tmp_name:
         tmp = Path(tmp_name)
-        with tarfile.open(sdist_path(pins.main)) as tar:
+        with tarfile.open(sdist_path(base)) as tar:
             tar.extractall(tmp / "x", filter="data")
         tree = next((tmp / "x").iterdir())
         for n in sizes:
@@ -170,7 +176,7 @@ def main() -> None:
             "rebase --abort", "git read-tree (the same trees)"]
     lines = [
         f"Series: synthetic (tools/bench/synthseries.py, seed 0, edits where vllm 0.25.0 left the lines alone) "
-        f"over vllm {pins.main.version}, of {', '.join(map(str, sizes))} patches; for --abort, the project's "
+        f"over vllm {base.version}, of {', '.join(map(str, sizes))} patches; for --abort, the project's "
         f"{CONFLICTING} appended, on which the rebase to {NEW_PIN} stops.",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, shared: "
         f"load average {', '.join(f'{x:.1f}' for x in loads)} after each length. Whole commands, wall time, "
