@@ -1,5 +1,9 @@
 """End to end on the real sdists: check and rebase the project's queue from vLLM 0.24.0 to 0.25.0.
 
+The main pin is the newest release, so the real jump measured here starts from the rollback pin:
+the copy of the project has 0.24.0 as its only pin, and each patch's file there is the one that
+serves 0.24.0 (its variant under queue/variants/0.24.0/ where it has one).
+
 The class of each patch (check's status and what rebase did with it) is compared with
 tests/data/drift-0.25.0.json; GQUEUE_UPDATE_GOLDEN=1 rewrites that file from this run.
 """
@@ -26,10 +30,19 @@ REBASE_CLASS = {"clean": "moved", "offset": "moved", "merged3": "merged", "parti
 def _queue(tmp: Path) -> Queue:
     root = tmp / "q"
     root.mkdir()
-    for name in ("series", "vendor-pin.txt"):
-        shutil.copy(REPO / name, root / name)
-    shutil.copytree(REPO / "queue", root / "queue")
+    shutil.copy(REPO / "series", root / "series")
+    (root / "vendor-pin.txt").write_text(_rollback_as_main((REPO / "vendor-pin.txt").read_text()))
+    shutil.copytree(REPO / "queue", root / "queue", ignore=shutil.ignore_patterns("variants"))
+    for variant in (REPO / "queue" / "variants" / "0.24.0").glob("*.patch"):
+        shutil.copy(variant, root / "queue" / variant.name)
     return Queue(root)
+
+
+def _rollback_as_main(text: str) -> str:
+    """vendor-pin.txt with its rollback line as the only pin."""
+    lines = [line for line in text.splitlines() if line.startswith("rollback ")]
+    assert len(lines) == 1, "vendor-pin.txt has no single rollback pin"
+    return "pin " + lines[0].split(" ", 1)[1] + "\n"
 
 
 def _snapshot(q: Queue) -> dict[str, bytes]:

@@ -136,6 +136,24 @@ def test_push_on_the_rollback_pin_uses_the_variant_and_refresh_writes_it_back(tm
     assert "+    return x + 71" in variant and variant.startswith("---\nid: A1\n")
 
 
+def test_rebase_from_a_pin_a_variant_serves_is_refused_with_nothing_changed(tmp_path: Path) -> None:
+    """Rolled back (the main pin set to the variants' release), a rebase would have moved the
+    main files, the diffs of another release, onto the new pin: refused, naming the variant."""
+    q = two_pin_queue(tmp_path)
+    pins = (q.root / "vendor-pin.txt").read_text().splitlines()
+    (q.root / "vendor-pin.txt").write_text(f"{pins[1].replace('rollback', 'pin', 1)}\n")
+    q.run("checkout")
+    q.run("push", "--all")
+    new = make_sdist(tmp_path / "upstream-next", "0.1.1", OLD)
+    before = {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")}
+    head = q.run("top").stdout
+    proc = q.run("rebase", "--pin", f"{new.as_uri()}#sha256={sha256(new)}", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "variants/0.1.0/A1-a.patch serves" in proc.stderr and "gqueue variant A1-a.patch" in proc.stderr
+    assert {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")} == before
+    assert q.run("top").stdout == head and not (q.root / ".gqueue" / "rebase").exists()
+
+
 def test_two_files_admitting_the_pin_stop_push_naming_both(tmp_path: Path) -> None:
     q = two_pin_queue(tmp_path)
     path = q.root / "queue/variants/0.1.0/A1-a.patch"

@@ -155,8 +155,7 @@ def start(ws: Workspace, spec: str, *, keep_old: str | None = None) -> RebaseRes
     require_clean(ws, "rebase")
     new_base = pin_commit(ws, new_pin)
     _require_readable(ws, series.names)
-    if keep_old is not None:
-        _require_main_files(ws, series.names, old_pin)
+    _require_main_files(ws, series.names, old_pin, keep_old)
     main_line = format_pin_line(Pin("pin", new_pin.source, new_pin.project, new_pin.version, new_pin.url, new_pin.options))
     keep_line = _keep_line(ws, old_pin, new_pin, keep_old) if keep_old is not None else ""
     _save_originals(ws, series.names)
@@ -187,15 +186,19 @@ def _with_wheel(ws: Workspace, pin: Pin) -> Pin:
         return pin
 
 
-def _require_main_files(ws: Workspace, names: list[str], old_pin: Pin) -> None:
-    """With --keep-old the rebase moves queue/NAME and keeps its old diff as the old release's
-    variant: refused (nothing changed) where the old release is already served by a variant."""
+def _require_main_files(ws: Workspace, names: list[str], old_pin: Pin, keep_old: str | None) -> None:
+    """The rebase moves queue/NAME (with --keep-old it keeps the old diff as the old release's
+    variant): refused, nothing changed, where a variant serves the release the stack is on (the
+    main pin was set to a release of the variants, a rollback): moving queue/NAME from there
+    would carry the diff of another release."""
     for name in names:
         found, _patch = ws.store.resolve(name, old_pin.version)
         if found.variant:
-            raise UsageError(f"{found.file} serves {old_pin.describe()}, not queue/{name}: --keep-old moves the "
-                             "main files (and keeps their old diffs as variants)",
-                             path=f"queue/{found.file}", hint="rebase from the pin queue/NAME serves")
+            raise UsageError(f"{found.file} serves {old_pin.describe()}, not queue/{name}: a rebase moves the "
+                             "main files" + (" (and keeps their old diffs as variants)" if keep_old else ""),
+                             path=f"queue/{found.file}",
+                             hint=f"make it the main file first ('gqueue variant {name} queue/{found.file}'), "
+                                  "or rebase from the pin queue/NAME serves")
 
 
 def _keep_line(ws: Workspace, old_pin: Pin, new_pin: Pin, label: str) -> str:
