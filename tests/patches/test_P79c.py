@@ -13,6 +13,7 @@ import pytest
 
 from _pins import only_on
 from _vllm_sched import create_requests, create_scheduler, placeholder_leaks, run_async_steps, tiny_model_dir
+from _v2_inputs import v2_input_ids
 
 CARRIED = only_on("<0.34", "P79c is retired on 0.34.0 (obsolete: no V1 model runner)")
 
@@ -78,44 +79,6 @@ def test_off_unscheduled_request_keeps_stale_placeholders(switch, model_dir):
     assert [rid for _, rid in leaks] == ["long0"]
 
 
-# The V2 model runner's input step, under Triton's CPU interpreter: a request left out of
-# the previous batch (request state 3) is put in batch slot 0 with K draft slots, and the
-# input buffer holds -1 where a worker filling from the scheduler's lists would look.
-_V2_FILL = """
-import vllm.platforms
-vllm.platforms.vllm_version_matches_substr = lambda substr: False  # a source tree is no CPU build
-import json
-import torch
-from vllm.v1.worker.gpu.input_batch import combine_sampled_and_draft_tokens
-K = 2
-# Request states: 1 = the neighbour, 3 = the request left out of the previous step.
-draft = torch.zeros(4, K, dtype=torch.int64)
-draft[1] = torch.tensor([51, 52])
-draft[3] = torch.tensor([41, 42])
-last = torch.zeros(4, 1, dtype=torch.int64)
-last[1], last[3] = 50, 40
-prefill_len = torch.tensor([0, 3, 0, 2], dtype=torch.int32)
-# This step's batch: the starved request first (a slot it did not have before).
-idx_mapping = torch.tensor([3, 1], dtype=torch.int64)
-query_start_loc = torch.tensor([0, 1 + K, 2 + 2 * K], dtype=torch.int32)
-seq_lens = torch.tensor([10, 12], dtype=torch.int32)
-cu_num_logits = torch.tensor([0, 1 + K, 2 + 2 * K], dtype=torch.int32)
-# What a worker filling from the scheduler's lists would find there.
-input_ids = torch.full((2 + 2 * K,), -1, dtype=torch.int32)
-combine_sampled_and_draft_tokens(
-    input_ids, idx_mapping, last, query_start_loc, seq_lens, prefill_len, draft, cu_num_logits, 2 + 2 * K, 1
-)
-print(json.dumps(input_ids.tolist()))
-"""
-
-
-def _v2_input_ids() -> list[int]:
-    from _interpreted import run_interpreted
-    from _pins import REPO, TREE
-
-    return run_interpreted(_V2_FILL, TREE, REPO / "kernels")
-
-
 @only_on(">=0.34", "0.34.0 has only the V2 model runner")
 def test_upstream_unscheduled_request_comes_back_with_its_own_drafts(model_dir):
     """Pristine 0.34.0: a running request left out of steps keeps its K placeholders and
@@ -126,4 +89,4 @@ def test_upstream_unscheduled_request_comes_back_with_its_own_drafts(model_dir):
     leaks = placeholder_leaks(steps)
     assert [rid for _, rid in leaks] == ["long0"]
     assert steps[leaks[0][0]][0].scheduled_spec_decode_tokens["long0"] == [-1] * K
-    assert _v2_input_ids() == [40, 41, 42, 50, 51, 52]
+    assert v2_input_ids() == [40, 41, 42, 50, 51, 52]
