@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from _interpreted import run_interpreted
+from _interpreted import TQ_IMPORTS, run_interpreted
 from _pins import only_on
 from _tq_routing import SETUP
 
@@ -92,7 +92,7 @@ print(json.dumps({"slice": SLICE, "cap": CAP, "medium": run(8, 6),
 
 
 def _run(soa: bool = False) -> dict:
-    return run_interpreted(SCRIPT.replace("SOA = False", f"SOA = {soa}"), TREE, REPO / "kernels")
+    return run_interpreted(SCRIPT.replace("SOA = False", f"SOA = {soa}"), TREE, REPO / "kernels", preload=TQ_IMPORTS)
 
 
 def test_fixed_continuation_decoded_in_64_query_slices(switch):

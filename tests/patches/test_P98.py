@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from _interpreted import run_interpreted
+from _interpreted import TQ_IMPORTS, run_interpreted
 from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ print(json.dumps({"locked": run(True), "unlocked": run(False)}))
 
 
 def _run() -> dict:
-    return run_interpreted(SCRIPT, TREE, REPO / "kernels")
+    return run_interpreted(SCRIPT, TREE, REPO / "kernels", preload=TQ_IMPORTS)
 
 
 def test_fixed_continuation_prefill_does_not_need_the_workspace(switch):

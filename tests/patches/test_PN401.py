@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from _interpreted import run_interpreted
+from _interpreted import TQ_IMPORTS, run_interpreted
 from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ print(json.dumps({"continuation": run(4), "first_chunks": run(0)}))
 
 
 def _run() -> dict:
-    return run_interpreted(SCRIPT, TREE, REPO / "kernels")
+    return run_interpreted(SCRIPT, TREE, REPO / "kernels", preload=TQ_IMPORTS)
 
 
 def test_fixed_cobatched_continuation_keeps_cached_prefix(switch):
