@@ -16,10 +16,10 @@ from gqueue.model.pin import parse_pins
 from gqueue.model.series import parse_series
 from gqueue.store import Store
 
-QUEUE_FILES = sorted((REPO / "queue").glob("*.patch"))
+QUEUE_FILES = sorted((REPO / "queue").rglob("*.patch"))  # the variants under queue/variants/ too
 
 
-@pytest.mark.parametrize("path", QUEUE_FILES, ids=[p.name for p in QUEUE_FILES])
+@pytest.mark.parametrize("path", QUEUE_FILES, ids=[str(p.relative_to(REPO / "queue")) for p in QUEUE_FILES])
 def test_every_queue_file_round_trips_byte_for_byte(path: Path) -> None:
     data = path.read_bytes()
     assert format_patch(parse_patch(data, name=path.name)) == data
@@ -30,7 +30,8 @@ def test_project_series_and_pin_round_trip() -> None:
     assert parse_series(text).text() == text
     pins = (REPO / "vendor-pin.txt").read_text()
     parsed = parse_pins(pins)
-    assert parsed.text() == pins and parsed.main.version == "0.24.0"
+    assert parsed.text() == pins and parsed.main.version == "0.34.0"
+    assert [(p.label, p.version) for p in parsed.pins] == [("pin", "0.34.0"), ("rollback", "0.24.0")]
 
 
 def test_with_fields_touches_only_its_lines() -> None:
