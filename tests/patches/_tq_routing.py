@@ -1,7 +1,7 @@
 """Shared harness for the TurboQuant routing patches (P40, P67, P67b, PN521).
 
-Runs TurboQuantAttentionImpl.forward of the patched tree on CPU in a fresh interpreter
-(TRITON_INTERPRET=1, no visible CUDA device: vLLM decides at import time whether Triton is
+Runs TurboQuantAttentionImpl.forward of the patched tree on CPU in a fresh process (see
+_interpreted.py; TRITON_INTERPRET=1, no visible CUDA device: vLLM decides at import time whether Triton is
 usable), the cache as each release's model runner hands it over (``SETUP``). The upstream decode launcher and the vllm_genesis launchers the patches import are
 wrapped to record each launch, then call the real kernels.
 
@@ -19,11 +19,10 @@ tensors (tolist, item, bool, int, float) made by forward() outside the kernel la
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from _interpreted import TQ_IMPORTS, run_interpreted
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = Path(os.environ.get("GQUEUE_VLLM_TREE") or REPO / "work").resolve()
@@ -249,14 +248,4 @@ print(json.dumps({"calls": calls, "host_reads": host_reads, "nan": bool(torch.is
 
 
 def run(mode: str, *options: str) -> dict:
-    env = dict(os.environ)
-    env.update(
-        TRITON_INTERPRET="1",
-        CUDA_VISIBLE_DEVICES="",
-        PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(TREE)]),
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode, *options], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(SCRIPT, TREE, REPO / "kernels", (mode, *options), TQ_IMPORTS)
