@@ -77,7 +77,7 @@ print(json.dumps({
 
 
 def _run() -> dict:
-    return run_interpreted(SCRIPT, TREE, REPO / "kernels")
+    return run_interpreted(SCRIPT, TREE, REPO / "kernels", preload=("numpy", "torch", "triton.runtime.interpreter"))
 
 
 def test_fixed_block_table_lanes_stay_in_row(switch):

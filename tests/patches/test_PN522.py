@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from _interpreted import run_interpreted
+from _interpreted import TQ_IMPORTS, run_interpreted
 from _tq_routing import SETUP
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ MSE4 = [4, 4, True]
 
 
 def run(mode: str, spec: int) -> dict:
-    return run_interpreted(SCRIPT.replace("sys.argv[1], int(sys.argv[2])", f"{mode!r}, {spec}"), TREE, REPO / "kernels")
+    return run_interpreted(SCRIPT.replace("sys.argv[1], int(sys.argv[2])", f"{mode!r}, {spec}"), TREE, REPO / "kernels", preload=TQ_IMPORTS)
 
 
 def shape(heads, kv_heads, head_dim, block, layout, dtype, query_lens, raw_tail, res, split_cap=None):
