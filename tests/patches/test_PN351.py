@@ -70,7 +70,7 @@ print(json.dumps({
 
 
 def _run() -> dict:
-    return run_interpreted(SCRIPT, TREE, REPO / "kernels")
+    return run_interpreted(SCRIPT, TREE, REPO / "kernels", preload=("torch", "vllm.v1.attention.ops.triton_unified_attention"))
 
 
 def test_fixed_head_dim_512_gets_8_warps_2_stages(switch):
