@@ -98,6 +98,12 @@ def _step(manager, req, tokens):
 @CARRIED
 def test_fixed_rows_after_drafted_marker_are_constrained(manager, switch):
     switch("P62", True)
+    _assert_rows_after_drafted_marker_constrained(manager)
+
+
+def _assert_rows_after_drafted_marker_constrained(manager):
+    """The rows of "plan </think> yes": unmasked while reasoning, then the grammar's; and the
+    grammar itself is left where it was (it still expects the first answer token)."""
     req = _request(manager)
     bitmask = manager.grammar_bitmask({"r1": req}, ["r1"], {"r1": _ids("plan", "</think>", "yes")})
     rows = _rows(bitmask)
@@ -105,7 +111,6 @@ def test_fixed_rows_after_drafted_marker_are_constrained(manager, switch):
     assert rows[0] == ALL and rows[1] == ALL  # still reasoning, up to and at the marker
     assert rows[2] == ANSWER  # first answer token
     assert "yes" not in rows[3] and "maybe" not in rows[3] and "</s>" in rows[3]  # after "yes"
-    # the grammar itself was rolled back: it still expects the first answer token
     assert req.structured_output_request.grammar.validate_tokens(_ids("no")) == _ids("no")
 
 
@@ -176,14 +181,7 @@ def _accept(manager, req, tokens):
 def test_upstream_rows_after_drafted_marker_are_constrained(manager):
     """Pristine 0.34.0: the draft rows after a drafted "</think>" carry the grammar mask,
     and building the mask leaves the grammar where it was."""
-    req = _request(manager)
-    bitmask = manager.grammar_bitmask({"r1": req}, ["r1"], {"r1": _ids("plan", "</think>", "yes")})
-    rows = _rows(bitmask)
-    assert len(rows) == K + 1
-    assert rows[0] == ALL and rows[1] == ALL  # still reasoning, up to and at the marker
-    assert rows[2] == ANSWER  # first answer token
-    assert "yes" not in rows[3] and "maybe" not in rows[3] and "</s>" in rows[3]  # after "yes"
-    assert req.structured_output_request.grammar.validate_tokens(_ids("no")) == _ids("no")
+    _assert_rows_after_drafted_marker_constrained(manager)
 
 
 @UPSTREAM

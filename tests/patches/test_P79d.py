@@ -108,15 +108,22 @@ def test_on_requests_still_finish_with_all_tokens(switch, model_dir):
     assert all(r.num_output_placeholders == 0 and r.async_tokens_to_discard == 0 for r in reqs)
 
 
-@CARRIED
-def test_fixed_reset_prefix_cache_discards_one_frame(switch, model_dir):
-    switch("P79d", True)
+def _reset_with_a_frame_in_flight(model_dir):
+    """Prefill, then a decode step with K drafts whose output is still in flight when the
+    prefill's comes back; then reset_prefix_cache. Gives (scheduler, requests, the frame in flight)."""
     sched, reqs = _setup(model_dir)
     out0 = sched.schedule()  # prefill, samples one token
     out1 = sched.schedule()  # decode with K drafts, frame in flight
     sched.update_from_output(out0, model_output(out0, {r.request_id: [7] for r in reqs}))
     assert all(r.num_output_placeholders == 1 + K for r in reqs)
     assert sched.reset_prefix_cache(reset_running_requests=True)
+    return sched, reqs, out1
+
+
+@CARRIED
+def test_fixed_reset_prefix_cache_discards_one_frame(switch, model_dir):
+    switch("P79d", True)
+    sched, reqs, out1 = _reset_with_a_frame_in_flight(model_dir)
     assert all(r.async_tokens_to_discard == 1 and r.num_output_placeholders == 0 for r in reqs)
     sched.update_from_output(out1, model_output(out1, {r.request_id: [8] for r in reqs}))
     assert all(r.async_tokens_to_discard == 0 for r in reqs)
@@ -177,12 +184,7 @@ def test_upstream_preemption_zeroes_placeholders_and_delivers_the_stale_token_on
 def test_upstream_reset_prefix_cache_drops_the_in_flight_frame(model_dir):
     """Pristine 0.34.0: reset_prefix_cache preempts the running requests and drops the
     output still in flight, so the resumed requests have only the token sampled before."""
-    sched, reqs = _setup(model_dir)
-    out0 = sched.schedule()  # prefill, samples one token
-    out1 = sched.schedule()  # decode with K drafts, frame in flight
-    sched.update_from_output(out0, model_output(out0, {r.request_id: [7] for r in reqs}))
-    assert all(r.num_output_placeholders == 1 + K for r in reqs)
-    assert sched.reset_prefix_cache(reset_running_requests=True)
+    sched, reqs, out1 = _reset_with_a_frame_in_flight(model_dir)
     assert all(r.num_output_placeholders == 0 and r.drop_stale_output for r in reqs)
     sched.update_from_output(out1, model_output(out1, {r.request_id: [8] for r in reqs}))
     assert all(r.num_stale_output_tokens == 0 for r in reqs)
