@@ -2,6 +2,16 @@
 """Compile TurboQuant stage-1 kernels for sm_90 without a GPU and summarise their SASS.
 
     PYTHONPATH=<triton 3.6 package dir> python tools/bench/tq_sass.py [--dump DIR] [--only TEXT]
+    python tools/bench/tq_sass.py --plans --dump DIR [--only TEXT]   # every build the plans launch
+    python tools/bench/tq_sass.py --compare DIR_A DIR_B             # the same SASS in both?
+
+``--plans`` (``tq_plans.py``) runs the public launchers on CPU tensors with every kernel
+launch recorded instead of run, over the benchmark rows and the shapes, presets and tile
+requests the tests reach, on an sm_90 device as the plans see it (Hopper, 132 SMs), and
+compiles each distinct build once as Triton would at that launch (its own argument
+specialisation); it writes ``CASE.N.sass`` per distinct build and ``plans.json`` (case ->
+builds).
+``--compare`` diffs two such folders with the kernels' symbol names normalised.
 
 Uses ``triton.compile`` with an sm_90 target (Triton's bundled ptxas / cuobjdump), for the
 shapes of the benchmark rows, and prints registers, spills, shared memory and the SASS
@@ -238,7 +248,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
     ap.add_argument("--only", default=None, help="substring of the config names")
+    ap.add_argument("--plans", action="store_true", help="the builds the launch plans choose (tq_plans.py)")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two --plans dumps")
     a = ap.parse_args()
+    if a.compare or a.plans:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import tq_plans
+
+        if a.compare:
+            sys.exit(tq_plans.compare(Path(a.compare[0]), Path(a.compare[1])))
+        if not a.dump:
+            ap.error("--plans needs --dump DIR")
+        tq_plans.dump_plans(Path(a.dump), a.only)
+        return
     for name, (kind, G, QL, D, Hk, bn, w, st, extra, mr, preset) in CONFIGS.items():
         if a.only and a.only not in name:
             continue
