@@ -16,7 +16,6 @@ and ``check_recovered`` checks that the result is consistent and either the old 
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import random
@@ -33,13 +32,6 @@ from synth import BASE_FILES, Queue, make_queue, unified
 CRASH_ENV = "GQUEUE_TEST_CRASH_AFTER"
 KILLED = -signal.SIGKILL
 TEMPORARY = re.compile(r"(^|/)\.[^/]+\.([A-Za-z0-9_]{8}|rebase)\.tmp$")  # atomic writes' temporaries
-
-
-def queue_edits_journaled() -> bool:
-    """Whether new/delete/rename/import journal their multi-file queue edits (transaction.queue_edit)."""
-    from gqueue.ops import interop, queueops
-
-    return all("queue_edit" in inspect.getsource(m) for m in (queueops, interop))
 
 
 # --- the state of a queue, as bytes --------------------------------------------------------------
@@ -558,12 +550,10 @@ RERUN_OK = (0, 1, 2)  # after a crash the rerun may find the work done: "already
 
 
 def trial(templates: Templates, scenario: Scenario, dest: Path, *, crash_after: int | None = None,
-          delay: float | None = None, recovery: str = "repair", strict_files: bool | None = None,
+          delay: float | None = None, recovery: str = "repair", strict_files: bool = True,
           group: bool = False, after_lock: bool = False) -> Trial:
     """One kill and one recovery. ``strict_files``: series+queue/+pin as a whole must be old or new
-    after recovery (default: yes, except for multi-file edits while they are not journaled)."""
-    if strict_files is None:
-        strict_files = not scenario.multi_file or queue_edits_journaled()
+    after recovery (else: at least every file whole)."""
     recovery = scenario.recovery or recovery
     old = templates.old_state(scenario)
     new, _clean = templates.new_state(scenario)

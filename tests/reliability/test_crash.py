@@ -47,7 +47,7 @@ def _failures(trials: list[ck.Trial]) -> str:
 
 
 def _sweep(templates: ck.Templates, name: str, base: Path, recoveries: tuple[str, ...],
-           strict_files: bool | None = None) -> list[ck.Trial]:
+           strict_files: bool = True) -> list[ck.Trial]:
     """Kill after effect 1, 2, 3 ... until the command gets through; JOBS kill points at a time."""
     scenario = ck.SCENARIOS[name]
     templates.new_state(scenario)
@@ -130,9 +130,6 @@ def test_kill_at_every_effect_both_recoveries(name: str, templates: ck.Templates
 
 
 @pytest.mark.parametrize("name", MULTI_FILE)
-@pytest.mark.xfail(not ck.queue_edits_journaled(), strict=True,
-                   reason="new/delete/rename/import do not yet journal their multi-file queue edits "
-                          "(transaction.queue_edit); a kill between two files leaves an orphan in queue/")
 def test_multi_file_queue_edits_are_atomic(name: str, templates: ck.Templates, tmp_path: Path) -> None:
     """After recovery, series + queue/ as a whole are the old or the new version, at every kill point."""
     trials = _sweep(templates, name, tmp_path, ("repair",), strict_files=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from ..vcs.worktree import write_edits
 from .engine import TreeView, apply_patch, touched_paths
 from .stackops import (first_failure_in_order, pop, push, push_empty, refresh, require_clean, require_refreshed,
                        require_top_unedited)
-from .transaction import queue_edit
+from .transaction import queue_edit, trash
 from .workspace import Stack, Workspace
 
 SERIES_HEADER = "# gqueue series: one patch a line, applied top to bottom (quilt format).\n"
@@ -131,15 +130,6 @@ def require_unused_ids(ws: Workspace, series: Series, ids: dict[str, str]) -> No
                              hint="each patch needs its own id: give another (new --id; an imported file's header or name)")
 
 
-def _trash(ws: Workspace, name: str) -> Path:
-    source = ws.store.patch_path(name)
-    target = ws.state_dir / "deleted" / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, source.read_bytes())
-    ws.store.delete_patch(name)
-    return target
-
-
 def delete(ws: Workspace, name: str, *, keep_file: bool = False) -> NameResult:
     series = ws.store.read_series()
     stack = ws.stack()
@@ -155,7 +145,7 @@ def delete(ws: Workspace, name: str, *, keep_file: bool = False) -> NameResult:
         ws.store.write_series(after)
         if keep_file:
             return NameResult(name, "deleted", f"removed from the series; queue/{name} kept")
-        target = _trash(ws, name)
+        target = trash(ws, name)
     return NameResult(name, "deleted", f"file moved to {ws.store.rel(target)}")
 
 
@@ -253,7 +243,7 @@ def fold(ws: Workspace, name: str) -> NameResult:
     after = series.remove(name)
     with queue_edit(ws, "fold", series, after, delete=(name,)):
         ws.store.write_series(after)
-        target = _trash(ws, name)
+        target = trash(ws, name)
     refresh(ws)
     return NameResult(name, "folded", f"into {stack.top.name}; file moved to {ws.store.rel(target)}")
 

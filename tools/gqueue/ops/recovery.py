@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -11,43 +10,83 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import StateError
-from ..model.journal import Unreadable
+from ..model.journal import QueueEdit, Record, Reorder, StackMove, Unreadable
 from ..vcs.git import BRANCH, GitError
-from .stackops import push_empty
-from .transaction import QUEUE_EDIT, save_local_changes, series_digest, trash
+from .stackops import pop, push, push_empty
+from .transaction import save_local_changes, trash
 from .workspace import Workspace, trailer_value
+
+
+def _refuse_newer(ws: Workspace, kind: type[Record], found: Unreadable) -> None:
+    """A journal of a later format is the later gqueue's to finish: dropping it would leave its
+    step half-done for good."""
+    if found.newer:
+        where = ws.store.rel(ws.record_path(kind))
+        raise StateError(f"an interrupted command left a journal this gqueue cannot read: {found.reason}",
+                         path=where, ref="journal-format",
+                         hint=f"finish it with the gqueue that wrote it (any of its commands does), "
+                              f"or remove {where} to give it up")
 
 
 def recover_queue_edit(ws: Workspace) -> list[str]:
     """Finish or undo a multi-file queue edit that a killed process left half-done."""
-    path = ws.state_dir / QUEUE_EDIT
-    try:
-        entry = json.loads(path.read_text())
-    except FileNotFoundError:
+    entry = ws.read_record(QueueEdit)
+    if entry is None:
         return []
-    except ValueError:
-        path.unlink(missing_ok=True)
+    if isinstance(entry, Unreadable):
+        _refuse_newer(ws, QueueEdit, entry)
+        ws.clear_record(QueueEdit)
         return ["dropped an unreadable queue-edit journal"]
-    op = entry.get("op", "edit")
+    op = entry.op
     series = ws.store.series_path.read_bytes() if ws.store.series_path.exists() else b""
     listed = set(ws.store.read_series().names) if series else set()
     actions: list[str] = []
-    if series_digest(series) == entry.get("series_after"):
-        gone = [n for n in entry.get("delete", []) if n not in listed and ws.store.patch_path(n).exists()]
+    way = entry.way(series)
+    if way == "forward":
+        gone = [n for n in entry.delete if n not in listed and ws.store.patch_path(n).exists()]
         for name in gone:
             trash(ws, name)
         actions.append(f"finished an interrupted {op}" + (f" (moved {', '.join(gone)} to .gqueue/deleted/)" if gone else ""))
         if op == "new" and ws.read_journal() is None and ws.repo.exists():  # a pending move finishes it otherwise
-            actions += finish_new(ws, entry.get("create", []))
-    elif series_digest(series) == entry.get("series_before"):
-        made = [n for n in entry.get("create", []) if n not in listed and ws.store.patch_path(n).exists()]
+            actions += finish_new(ws, list(entry.create))
+    elif way == "back":
+        made = [n for n in entry.create if n not in listed and ws.store.patch_path(n).exists()]
         for name in made:
             trash(ws, name)
         actions.append(f"undid an interrupted {op}" + (f" (moved {', '.join(made)} to .gqueue/deleted/)" if made else ""))
     else:
         actions.append(f"dropped the journal of an interrupted {op}: the series changed since")
-    path.unlink(missing_ok=True)
+    ws.clear_record(QueueEdit)
     return actions
+
+
+def recover_reorder(ws: Workspace) -> list[str]:
+    """A move killed between its steps: bring the stack to the end its series is at.
+
+    Runs after the stack's own journal was dealt with, so the stack is whole (at one of the
+    stops of pop and push); the series says which way: the new one -> push on to the new stack,
+    the old one -> push the popped patches back."""
+    entry = ws.read_record(Reorder)
+    if entry is None:
+        return []
+    if isinstance(entry, Unreadable):
+        _refuse_newer(ws, Reorder, entry)
+        ws.clear_record(Reorder)
+        return ["dropped an unreadable journal of an interrupted move"]
+    path = ws.store.series_path
+    found = entry.wanted(path.read_bytes() if path.is_file() else None)
+    if found is None:
+        ws.clear_record(Reorder)
+        return [f"dropped the journal of an interrupted move of {entry.name}: the series changed since"]
+    way, wanted = found
+    current = ws.stack().names
+    same = next((i for i, (a, b) in enumerate(zip(current, wanted)) if a != b), min(len(current), len(wanted)))
+    if len(current) > same:
+        pop(ws, count=len(current) - same)
+    if len(wanted) > same:
+        push(ws, target=wanted[-1], count=None)
+    ws.clear_record(Reorder)
+    return [f"{'finished' if way == 'forward' else 'undid'} an interrupted move of {entry.name}"]
 
 
 def finish_new(ws: Workspace, names: list[str]) -> list[str]:
@@ -160,9 +199,7 @@ def _switch(ws: Workspace, old: str, new: str) -> bool:
 def recover(ws: Workspace, *, repairing: bool = False) -> list[str]:
     """Finish or undo what an interrupted command left: its stack move, then its other steps."""
     actions = _recover_stack(ws, repairing=repairing)
-    from .reorder import recover_move  # reorder works through stackops, which needs this module's peers
-
-    later = recover_move(ws)
+    later = recover_reorder(ws)
     for action in later:
         ws.reporter.note(action)
     return [*actions, *later, *_recover_undo(ws)]
@@ -178,6 +215,8 @@ def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
     if journal is None:
         return early
     actions: list[str] = []
+    if isinstance(journal, Unreadable):
+        _refuse_newer(ws, StackMove, journal)
     if not ws.repo.exists() or isinstance(journal, Unreadable):
         ws.clear_journal()
         return [*early, "dropped an unreadable journal"]

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import ConflictError, UsageError
-from ..fsutil import atomic_write
+from ..model.journal import Reorder
 from ..model.series import Series
 from ..store import QUEUE
 from .stackops import check_stack_matches, first_failure_in_order, pop, push, require_clean, require_refreshed
@@ -83,64 +80,15 @@ def move_patch(ws: Workspace, name: str, *, before: str | None = None, after: st
         ws.store.write_series(moved)
         return MoveResult(name, moved.names)
     # pop, series, push: three steps. The journal names both ends, so that a kill in between
-    # is finished (the series is the new one) or undone (it is still the old one) next time.
-    _write_journal(ws, {"name": name, "series_before": _sha(series.text()), "series_after": _sha(moved.text()),
-                        "stack_before": old, "stack_after": new})
-    if popped:
-        pop(ws, count=len(popped))
-    ws.store.write_series(moved)
-    if pushed:
-        push(ws, target=pushed[-1], count=None)
-    _journal(ws).unlink(missing_ok=True)
+    # is finished (the series is the new one) or undone (it is still the old one) next time
+    # (recovery.recover_reorder).
+    with ws.journaled(Reorder.between(name, series.text(), moved.text(), old, new)):
+        if popped:
+            pop(ws, count=len(popped))
+        ws.store.write_series(moved)
+        if pushed:
+            push(ws, target=pushed[-1], count=None)
     return MoveResult(name, moved.names, popped, pushed)
-
-
-JOURNAL = "move.json"
-
-
-def _journal(ws: Workspace) -> Path:
-    return ws.state_dir / JOURNAL
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _write_journal(ws: Workspace, entry: dict[str, object]) -> None:
-    atomic_write(_journal(ws), json.dumps(entry, sort_keys=True).encode())
-
-
-def recover_move(ws: Workspace) -> list[str]:
-    """A move killed between its steps: bring the stack to the end its series is at.
-
-    Runs after the stack's own journal was dealt with, so the stack is whole (at one of the
-    stops of pop and push); the series says which way: the new one -> push on to the new stack,
-    the old one -> push the popped patches back."""
-    try:
-        entry = json.loads(_journal(ws).read_text())
-    except FileNotFoundError:
-        return []
-    except ValueError:
-        _journal(ws).unlink(missing_ok=True)
-        return ["dropped an unreadable journal of an interrupted move"]
-    name = entry.get("name", "a patch")
-    path = ws.store.series_path
-    series = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-    if series == entry.get("series_after"):
-        wanted, verb = list(entry.get("stack_after", [])), "finished"
-    elif series == entry.get("series_before"):
-        wanted, verb = list(entry.get("stack_before", [])), "undid"
-    else:
-        _journal(ws).unlink(missing_ok=True)
-        return [f"dropped the journal of an interrupted move of {name}: the series changed since"]
-    current = ws.stack().names
-    same = next((i for i, (a, b) in enumerate(zip(current, wanted)) if a != b), min(len(current), len(wanted)))
-    if len(current) > same:
-        pop(ws, count=len(current) - same)
-    if len(wanted) > same:
-        push(ws, target=wanted[-1], count=None)
-    _journal(ws).unlink(missing_ok=True)
-    return [f"{verb} an interrupted move of {name}"]
 
 
 def _require_applies(ws: Workspace, series: Series, stack: Stack, index: int, names: list[str]) -> None:

@@ -1,22 +1,22 @@
-"""Moving the stack atomically, with a journal so a crash is finished or undone next time."""
+"""The transactions of the commands that change more than one thing: a move of the stack, an edit
+of several queue files; each journaled through ``Workspace.journaled`` (model/journal.py), so
+that a crash is finished or undone by the next command (ops/recovery.py)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
-import json
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..fsutil import atomic_write
-from ..model.journal import StackMove
+from ..fsutil import atomic_delete, atomic_write, fault_point
+from ..model.journal import QueueEdit, StackMove
 from ..model.series import Series
 from ..vcs.git import BRANCH
 from .workspace import Workspace
-
-QUEUE_EDIT = "queue-edit.json"
 
 
 def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False, clean: bool = False,
@@ -55,38 +55,40 @@ def save_local_changes(ws: Workspace, reason: str) -> Path | None:
 # Edits of several queue files (series + queue/NAME) ------------------------------------------------
 #
 # One file is replaced atomically; several are not. An operation that creates or deletes patch
-# files and rewrites the series records what it means to do first; the series write is the
-# commit point. Files it creates are written before the series, files it deletes go after.
-# If it dies, recovery (recovery.recover_queue_edit) looks at the series: still the old one ->
-# the created files are moved to .gqueue/deleted/ (rolled back); already the new one -> the
-# files to delete are moved there (rolled forward). Nothing is ever unlinked, so no patch text can be lost.
-
-
-def series_digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+# files and rewrites the series records what it means to do first (model.journal.QueueEdit); the
+# series write is the commit point. Files it creates are written before the series, files it
+# deletes go after. If it dies, recovery (recovery.recover_queue_edit) looks at the series: still
+# the old one -> the created files are moved to .gqueue/deleted/ (rolled back); already the new
+# one -> the files to delete are moved there (rolled forward). Nothing is ever unlinked, so no
+# patch text can be lost.
 
 
 @contextmanager
 def queue_edit(ws: Workspace, op: str, before: Series, after: Series, *,
                create: tuple[str, ...] = (), delete: tuple[str, ...] = ()) -> Iterator[None]:
-    """Journal a multi-file edit of the queue; see above. The journal goes when the block ends."""
-    entry = {
-        "op": op,
-        "series_before": series_digest(before.text().encode("utf-8")),
-        "series_after": series_digest(after.text().encode("utf-8")),
-        "create": list(create),
-        "delete": list(delete),
-    }
-    path = ws.state_dir / QUEUE_EDIT
-    atomic_write(path, json.dumps(entry, sort_keys=True).encode())
-    yield
-    path.unlink(missing_ok=True)
+    """Journal a multi-file edit of the queue (``ws.journaled``); see above."""
+    with ws.journaled(QueueEdit.between(op, before.text(), after.text(), create=create, delete=delete)):
+        yield
 
 
 def trash(ws: Workspace, name: str) -> Path:
-    """Move queue/NAME to .gqueue/deleted/ (kept, never unlinked)."""
+    """Move queue/NAME to .gqueue/deleted/ (kept, never unlinked); the one way a patch file goes.
+
+    Each copy keeps a name of its own: a file of the same name trashed in the same second (delete,
+    new, delete) goes beside the first, not over it."""
     source = ws.store.patch_path(name)
-    target = ws.state_dir / "deleted" / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    folder = ws.state_dir / "deleted"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target, n = folder / f"{stamp}-{name}", 2
+    while target.exists():
+        target, n = folder / f"{stamp}.{n}-{name}", n + 1
     target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(source, target)
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        atomic_write(target, source.read_bytes())  # .gqueue/ on another file system: copy, then remove
+        atomic_delete(source)
+    fault_point("write")
     return target

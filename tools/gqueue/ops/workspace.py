@@ -15,7 +15,7 @@ from typing import Iterator
 from ..errors import StateError
 from ..fsutil import atomic_write, require_writable
 from ..lock import QueueLock
-from ..model.journal import StackMove, Unreadable, parse_journal
+from ..model.journal import R, Record, StackMove, Unreadable, parse_record
 from ..model.patch import PatchFile
 from ..model.pin import Pin
 from ..model.variants import Resolution
@@ -77,14 +77,21 @@ def trailer_value(message: str, key: str = TRAILER) -> str | None:
 
 
 class Journaled:
-    """The handle of a journaled move (``Workspace.journaled``)."""
+    """The handle of a journaled step (``Workspace.journaled``)."""
 
-    def __init__(self, ws: "Workspace") -> None:
-        self._ws = ws
+    def __init__(self, path: Path) -> None:
+        self._path = path
 
     def cancel(self) -> None:
-        """The move did not happen after all (the block put everything back): no journal."""
-        self._ws.clear_journal()
+        """The step did not happen after all (the block put everything back): no journal."""
+        _remove(self._path)
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class Workspace:
@@ -133,26 +140,38 @@ class Workspace:
     # journal ------------------------------------------------------------------
     @property
     def journal_path(self) -> Path:
-        return self.state_dir / "journal.json"
+        return self.record_path(StackMove)
+
+    def record_path(self, kind: type[Record]) -> Path:
+        return self.state_dir / kind.FILE
 
     @contextmanager
-    def journaled(self, entry: StackMove) -> Iterator[Journaled]:
-        """The one way a command moves the stack: the journal is written before the block and
-        removed when it ends. An exception leaves it, so the next command finishes or undoes the
-        move; ``cancel()`` removes it early, for a move the block undid itself."""
-        atomic_write(self.journal_path, entry.to_bytes())
-        yield Journaled(self)
-        self.clear_journal()
+    def journaled(self, entry: Record) -> Iterator[Journaled]:
+        """The one transaction block: every step that changes more than one thing (a move of
+        the stack, an edit of several queue files, a reorder) runs inside it. The record
+        (model/journal.py) is written before the block and removed when it ends; an exception
+        or a kill leaves it, so the next command finishes or undoes the step; ``cancel()``
+        removes it early, for a step the block undid itself. Blocks of different records nest."""
+        path = self.record_path(type(entry))
+        atomic_write(path, entry.to_bytes())
+        yield Journaled(path)
+        _remove(path)
 
-    def read_journal(self) -> StackMove | Unreadable | None:
+    def read_record(self, kind: type[R]) -> R | Unreadable | None:
+        """The record of that kind a killed command left, None where there is none."""
         try:
-            return parse_journal(self.journal_path.read_bytes())
+            return parse_record(kind, self.record_path(kind).read_bytes())
         except FileNotFoundError:
             return None
 
+    def clear_record(self, kind: type[Record]) -> None:
+        _remove(self.record_path(kind))
+
+    def read_journal(self) -> StackMove | Unreadable | None:
+        return self.read_record(StackMove)
+
     def clear_journal(self) -> None:
-        if self.journal_path.exists():
-            os.unlink(self.journal_path)
+        self.clear_record(StackMove)
 
     @property
     def needs_refresh_path(self) -> Path:
