@@ -85,6 +85,27 @@ def test_planted_culprit_found_at_every_position(tmp_path: Path, n: int, pushed:
     assert not (q.root / ".gqueue" / "bisect.json").exists()
 
 
+def test_an_end_is_tested_only_when_the_answer_leans_on_it(tmp_path: Path) -> None:
+    """The search starts as git bisect does, trusting both ends; an end is tested when the
+    search ends next to it (the culprit is the first patch, or the last), so a culprit inside
+    costs only the search's tests, and the answer still rests on a pass right below a failure."""
+    n = 17
+    q = build_queue(tmp_path, n)
+    search_only = (n - 1).bit_length()  # at most ceil(log2(n)) tests for n candidates
+    for k, end in ((1, 0), (n // 2, None), (n, n)):
+        calls: list[int] = []
+        result = bisect(q, culprit_runner(k, calls))
+        assert result.culprit is not None and result.culprit.position == k
+        if end is None:
+            assert 0 not in calls and n not in calls, calls
+            assert len(calls) <= search_only, calls
+        else:
+            assert calls.count(end) == 1 and calls[-1] == end, calls  # the end, once, after the search
+            assert len(calls) <= search_only + 1, calls
+        tested = {s.position: s.verdict for s in result.steps}
+        assert tested.get(k) == "bad" and tested.get(k - 1) == "good"
+
+
 def test_good_and_bad_bounds_by_name_id_and_number(tmp_path: Path) -> None:
     q = build_queue(tmp_path, 6)
     calls: list[int] = []
@@ -117,7 +138,7 @@ def test_skips_leave_candidates(tmp_path: Path) -> None:
     assert result.culprit is None and [c.position for c in result.candidates] == [2, 3, 4]
 
 
-@pytest.mark.parametrize("fail_at", [1, 2, 4])
+@pytest.mark.parametrize("fail_at", [1, 2, 3])  # the first, a middle and the last of its 3 tests
 def test_interrupt_puts_the_stack_back(tmp_path: Path, fail_at: int) -> None:
     q = build_queue(tmp_path, 9)
     q.run("push", "-n", "3")

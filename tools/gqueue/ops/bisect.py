@@ -177,8 +177,9 @@ def _state_path(ws: Workspace) -> Path:
     return ws.state_dir / STATE
 
 
-def restore(ws: Workspace) -> str | None:
-    """Put the stack back where a bisect found it, if one was interrupted; say what was done."""
+def restore(ws: Workspace, *, say: bool = True) -> str | None:
+    """Put the stack back where a bisect found it, if one was interrupted; say what was done
+    (``say=False``: the end of a run, whose report says it: None)."""
     path = _state_path(ws)
     if not path.exists():
         return None
@@ -189,11 +190,14 @@ def restore(ws: Workspace) -> str | None:
         return "dropped an unreadable bisect state"
     current = ws.repo.head()
     if current is not None and current != head:
-        move(ws, current, head, op="bisect-reset", force=True)
-    ws.repo.checkout_fresh(head)  # undo edits CMD made to tracked files; its new files stay
+        move(ws, current, head, op="bisect-reset", force=True)  # a forced checkout: CMD's edits go too
+    else:
+        ws.repo.checkout_fresh(head)  # undo edits CMD made to tracked files; its new files stay
     path.unlink()
     if ws.repo.rev(SCRATCH) is not None:
         ws.repo.delete_ref(SCRATCH)
+    if not say:
+        return None
     try:
         where = describe_stack(ws.stack().names)
     except GqueueError:  # a stack gqueue cannot read (HEAD moved by hand): its commit says where
@@ -248,17 +252,27 @@ class _Prober:
         return verdict
 
 
-def _check_ends(probe: _Prober, good: int, bad: int) -> None:
-    verdict = probe(bad)
-    if verdict == GOOD:
-        raise StateError(f"the command passes at the bad end (position {bad}): there is nothing to find",
-                         hint="give a later --bad, or check the command")
-    if verdict == SKIP:
-        raise StateError(f"the command skipped (125) the bad end, position {bad}; it must be testable")
-    verdict = probe(good)
-    if verdict != GOOD:
-        raise StateError(f"the command does not pass at the good end (position {good}: {verdict})",
-                         hint="give an earlier --good ('base' is the pinned release)")
+def _check_ends(probe: _Prober, search: Search, good: int, bad: int) -> None:
+    """Test the ends the finished ``search`` leans on and no step tested: the bad end when no
+    position below it failed, the good end when none above it passed.
+
+    The search starts as if both ends had been tested (as git bisect trusts them), so a culprit
+    inside the range costs no test of either end; one found next to an end is only reported
+    once that end gave its verdict too. The answer stands on the same tests as when both ends
+    were tested first: a tested pass right below a tested failure.
+    """
+    if search.bad == bad:
+        verdict = probe(bad)
+        if verdict == GOOD:
+            raise StateError(f"the command passes at the bad end (position {bad}): there is nothing to find",
+                             hint="give a later --bad, or check the command")
+        if verdict == SKIP:
+            raise StateError(f"the command skipped (125) the bad end, position {bad}; it must be testable")
+    if search.good == good:
+        verdict = probe(good)
+        if verdict != GOOD:
+            raise StateError(f"the command does not pass at the good end (position {good}: {verdict})",
+                             hint="give an earlier --good ('base' is the pinned release)")
 
 
 def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str | None = None,
@@ -291,13 +305,13 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
     probe = _Prober(ws, commits, names, argv, runner)
     try:
         with _sigterm_as_interrupt():
-            _check_ends(probe, lo, hi)
             search = Search(lo, hi)
             while (position := search.next_probe()) is not None:
                 search = search.record(position, probe(position))
+            _check_ends(probe, search, lo, hi)
     finally:
         result.steps = probe.steps
-        restore(ws)
+        restore(ws, say=False)
     result.candidates = [Culprit.of(p, patches[names[p - 1]]) for p in search.candidates]
     result.culprit = result.candidates[0] if len(result.candidates) == 1 else None
     return result
