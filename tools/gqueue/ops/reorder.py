@@ -84,10 +84,10 @@ def move_patch(ws: Workspace, name: str, *, before: str | None = None, after: st
     # (recovery.recover_reorder).
     with ws.journaled(Reorder.between(name, series.text(), moved.text(), old, new)):
         if popped:
-            pop(ws, count=len(popped))
+            pop(ws, count=len(popped), known_clean=True)  # require_clean above, under the lock
         ws.store.write_series(moved)
         if pushed:
-            push(ws, target=pushed[-1], count=None)
+            push(ws, target=pushed[-1], count=None, known_clean=True)  # clean: moved only by the pop
     return MoveResult(name, moved.names, popped, pushed)
 
 

@@ -144,18 +144,20 @@ def check_stack_matches(stack: Stack, series: Series) -> None:
 
 
 def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False, fuzz: int = 0,
-         series: Series | None = None, refresh_moved: bool = False) -> PushResult:
+         series: Series | None = None, refresh_moved: bool = False, known_clean: bool = False) -> PushResult:
     """Apply patches of ``series`` (default: the series file; a profile passes its selection).
 
     ``refresh_moved``: a patch whose hunks landed elsewhere is rewritten to what its commit
-    changes (the file first, then the stack moves; see ``push_refreshing``)."""
+    changes (the file first, then the stack moves; see ``push_refreshing``). ``known_clean``:
+    the caller found work/ clean in this command, under the lock, and moved it only through
+    gqueue since (move: its own pop), so no second git status is run."""
     series = series if series is not None else ws.store.read_series()
     stack = ws.stack()
     check_stack_matches(stack, series)
     require_refreshed(ws)
     if count is None and target is None and len(stack.applied) >= len(series.entries):
         return PushResult(top=stack.top.name if stack.top else None)  # --all: nothing to do (git rebase, StGit)
-    status = ws.repo.dirty_paths_later()  # git status runs while the patches are read
+    status = (lambda: []) if known_clean else ws.repo.dirty_paths_later()  # git status runs while the patches are read
     try:
         pending, loaded, view = _prepare_push(ws, stack, series, count, target)
     finally:
@@ -349,7 +351,9 @@ def push_empty(ws: Workspace, stack: Stack, patch: PatchFile) -> None:
     ws.repo.delete_ref(PENDING)
 
 
-def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False) -> MoveResult:
+def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, force: bool = False,
+        known_clean: bool = False) -> MoveResult:
+    """``known_clean``: as for ``push`` (the caller's own require_clean stands)."""
     stack = ws.stack()
     if not stack.applied:
         if count is None and target is None:
@@ -366,7 +370,7 @@ def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, forc
     if force:
         path = save_local_changes(ws, "pop")
         saved = ws.store.rel(path) if path else None
-    else:
+    elif not known_clean:
         require_clean(ws, "pop")
     new = stack.commit_below(keep)
     move(ws, stack.head, new, op="pop", force=force, clean=not force)

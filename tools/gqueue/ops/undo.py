@@ -88,6 +88,15 @@ class _Store:
     def write_log(self, log: Log) -> None:
         atomic_write(self.dir / "log.json", json.dumps(log.to_json(), sort_keys=True).encode())
 
+    def save_with_log(self, log: Log) -> None:
+        """``save_index`` and then ``write_log``, each file written as atomic_write writes it, their
+        syncs together (fsutil.atomic_write_many): one wait on the disk after a command, not two."""
+        files = [(self.dir / "log.json", json.dumps(log.to_json(), sort_keys=True).encode())]
+        if self._index_changed:
+            files.insert(0, (self.dir / "index.json", json.dumps(self.index(), sort_keys=True).encode()))
+        atomic_write_many(files)
+        self._index_changed = False
+
     # texts -------------------------------------------------------------------
     def keep(self, data: bytes) -> str:
         sha = _sha(data)
@@ -254,8 +263,7 @@ def record(ws: Workspace, mark: Mark) -> bool:
     dropped = len(log.entries) + 1 - len(kept[-DEPTH:])  # what could be redone, and the oldest past DEPTH
     log.entries = kept[-DEPTH:]
     log.pos = len(log.entries)
-    store.save_index()
-    store.write_log(log)
+    store.save_with_log(log)
     if dropped:
         store.collect(log)
     return True
@@ -393,8 +401,7 @@ def _carry_out(ws: Workspace, store: _Store, job: dict[str, Any], recovering: bo
     log = store.read_log()
     log.pos = min(job["pos"], len(log.entries))
     store.tracked()
-    store.save_index()
-    store.write_log(log)
+    store.save_with_log(log)
     return note
 
 

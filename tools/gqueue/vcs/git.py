@@ -6,6 +6,7 @@ Reads go through GitPython's long-lived ``cat-file --batch``; commits are writte
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -83,6 +84,9 @@ class WorkRepo:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._repo: "gitpython.Repo | None" = None
+        # commit id -> message, of commits this process read or wrote: a commit's message never
+        # changes, so ``messages`` asks git only for the others
+        self._messages: dict[str, str] = {}
 
     # plumbing ---------------------------------------------------------------
     def run(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, check: bool = True) -> bytes:
@@ -184,16 +188,18 @@ class WorkRepo:
         return self.run("log", "-1", "--format=%B", commit).decode("utf-8", "replace")
 
     def messages(self, commits: Iterable[str]) -> dict[str, str]:
-        """Each commit's message (full id -> message), from one ``git log``."""
+        """Each commit's message (full id -> message): those this process has read (the stack's
+        chain) or written (push, refresh) from memory, the others from one ``git log``."""
         wanted = list(commits)
-        if not wanted:
-            return {}
-        out = self.run("log", "--no-walk=unsorted", "--format=%H%x00%B%x1e", *wanted).decode("utf-8", "replace")
-        found: dict[str, str] = {}
+        found = {sha: self._messages[sha] for sha in wanted if sha in self._messages}
+        rest = [sha for sha in wanted if sha not in found]
+        if not rest:
+            return found
+        out = self.run("log", "--no-walk=unsorted", "--format=%H%x00%B%x1e", *rest).decode("utf-8", "replace")
         for record in out.split("\x1e"):
             sha, _, message = record.strip("\n").partition("\0")
             if sha:
-                found[sha] = message
+                found[sha] = self._messages[sha] = message
         return found
 
     def first_parent_chain(self, head: str, stop: str) -> list[tuple[str, str]]:
@@ -202,13 +208,18 @@ class WorkRepo:
 
     def chain_with_parents(self, head: str, stop: str) -> list[tuple[str, str, str, str]]:
         """(sha, first parent, tree, message) from ``stop`` (exclusive) up to ``head``, oldest first."""
-        out = self.run("log", "--first-parent", "--format=%H%x00%P%x00%T%x00%B%x1e", f"{stop}..{head}")
+        # --boundary: ``stop`` too, marked '-', for its message only (the undo log asks for the
+        # message of the stack's base after a push from it or a pop to it)
+        out = self.run("log", "--first-parent", "--boundary", "--format=%m%H%x00%P%x00%T%x00%B%x1e", f"{stop}..{head}")
         chain = []
         for record in out.decode("utf-8", "replace").split("\x1e"):
             record = record.strip("\n")
             if record:
-                sha, parents, tree, msg = record.split("\0", 3)
-                chain.append((sha, parents.split(" ")[0], tree, msg))
+                mark_sha, parents, tree, msg = record.split("\0", 3)
+                sha = mark_sha[1:]
+                self._messages[sha] = msg
+                if mark_sha[0] != "-":
+                    chain.append((sha, parents.split(" ")[0], tree, msg))
         return list(reversed(chain))
 
     def revs(self, *refs: str) -> list[str] | None:
@@ -328,7 +339,10 @@ class WorkRepo:
                 w(b"\n")
 
         marks = self._fast_import(stream, fast_zlib=True)
-        return [marks[i + 1] for i in range(len(specs))]
+        commits = [marks[i + 1] for i in range(len(specs))]
+        for sha, spec in zip(commits, specs):
+            self._messages[sha] = spec.message
+        return commits
 
     def import_tree(self, files: Iterator[tuple[str, str, bytes]], message: str, ref: str, tag: str) -> str:
         """Import a whole tree as a root commit (one fast-import stream) and tag it."""
@@ -387,22 +401,27 @@ class WorkRepo:
         self._index_writes(plan, new)
 
     def _index_writes(self, plan: list[Write], commit: str) -> None:
-        """Record the files ``plan`` wrote in the index: their blob ids first, then their stat data.
+        """Record the files ``plan`` wrote in the index, with their stat data.
 
-        A restat alone (``update-index --stdin``) is not enough: git keeps an entry whose stat
-        data still match the file without reading it, and a file rewritten in place keeps its
-        inode, so one written again in the same second with the same size (a pop right after
-        a push, a patch that changes a digit) also matches in size, ctime and the backdated
-        mtime worktree.py gives it, and the index kept the old blob. ``--index-info`` sets
-        the ids from the bytes written and clears the entries' stat data, so the restat that
-        follows reads each file once and records its stat data against the new blob.
+        ``update-index --add --remove --stdin`` of the paths restats each one: a file whose
+        stat data differ from its entry's is read and hashed (it holds the bytes written, so
+        the entry gets their blob), a new one is added, a deleted one removed. That is not
+        enough for a file rewritten in place at the same size: git keeps an entry whose stat
+        data still match without reading the file, and such a file keeps its inode, so one
+        written again in the same second (a pop right after a push, a patch that changes a
+        digit) also matches in size, ctime and the backdated mtime worktree.py gives it, and
+        the index kept the old blob. Those files first get their ids from the bytes written,
+        with their stat data cleared (``--index-info``), so the restat reads each of them
+        too. A file whose size changed cannot match its entry, so a move where every file
+        changes size (most pushes and pops) starts one update-index, not two.
         """
         if not plan:
             return
-        self.run("update-index", "-z", "--index-info", input=index_records(plan, self._hash_name(commit)))
-        present = b"".join(w.path.encode("utf-8", "surrogateescape") + b"\0" for w in plan if w.mode is not None)
-        if present:
-            self.run("update-index", "-z", "--stdin", input=present)
+        same = [w for w in plan if w.same_size]
+        if same:
+            self.run("update-index", "-z", "--index-info", input=index_records(same, self._hash_name(commit)))
+        paths = b"".join(w.path.encode("utf-8", "surrogateescape") + b"\0" for w in plan)
+        self.run("update-index", "-z", "--add", "--remove", "--stdin", input=paths)
 
     def _hash_name(self, commit: str) -> str:
         """The repository's object format (``sha1`` or ``sha256``), told by the length of a commit id."""
@@ -510,7 +529,9 @@ class WorkRepo:
             "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": FIXED_DATE,
             "GIT_COMMITTER_NAME": "gqueue", "GIT_COMMITTER_EMAIL": "gqueue@localhost", "GIT_COMMITTER_DATE": FIXED_DATE,
         }
-        return self.run("commit-tree", tree, "-p", parent, input=message.encode("utf-8"), env=env).decode().strip()
+        sha = self.run("commit-tree", tree, "-p", parent, input=message.encode("utf-8"), env=env).decode().strip()
+        self._messages[sha] = message
+        return sha
 
     def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False, strip: int = 1) -> bytes:
         """``binary``: binary files as git's binary patches (a saved copy 'git apply' restores);
@@ -654,6 +675,7 @@ def _commit_header(w: Callable[[bytes], object], ref: str, mark: int, author: st
     w(b"data %d\n%s\n" % (len(msg), msg))
 
 
+@functools.lru_cache(maxsize=256)  # a push of 300 patches checks the same few idents 900 times
 def _fi_ident(ident: str) -> bytes:
     """``Name <mail>`` for fast-import's author and committer lines; refused unless it is one
     line with one '<' and one '>', in that order, at the end."""
@@ -664,6 +686,7 @@ def _fi_ident(ident: str) -> bytes:
     return ident.encode("utf-8")
 
 
+@functools.lru_cache(maxsize=256)
 def _fi_word(value: str) -> bytes:
     """A ref or commit name for the stream: one word, nothing that would end its line."""
     if not value or any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):

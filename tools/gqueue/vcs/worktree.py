@@ -26,7 +26,7 @@ import hashlib
 import os
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fsutil import fault_point
@@ -41,6 +41,13 @@ class Write:
     data: bytes = b""
     exists: bool = False  # a regular file is there now (rewritten in place)
     chmod: bool = False  # ... whose executable bit changes
+    old_size: int = field(default=-1, compare=False)  # ... and its size before (-1: none)
+
+    @property
+    def same_size(self) -> bool:
+        """Rewritten in place at the size it had: its stat data may still match the index's
+        (git's blind spot, see ``index_records``)."""
+        return self.exists and self.mode is not None and len(self.data) == self.old_size
 
 
 def _unsafe(path: str) -> bool:
@@ -98,7 +105,7 @@ def plan_writes(root: Path, old_modes: dict[str, str], changes: dict[str, tuple[
         if change is None:
             writes.append(Write(path, None))
         else:
-            writes.append(Write(path, change[0], change[1], exists=True, chmod=change[0] != old))
+            writes.append(Write(path, change[0], change[1], exists=True, chmod=change[0] != old, old_size=st.st_size))
     return writes
 
 
