@@ -98,3 +98,17 @@ def test_move_checks_the_work_tree_once(tmp_path: Path) -> None:
     assert refused.returncode != 0 and "refusing to move" in refused.stderr
     assert q.run("applied").stdout.split() == ["A2-step.patch", "A3-step.patch", "A1-step.patch"]
     assert (q.work / "vllm/util.py").read_text().endswith("# mine\n")
+
+
+def test_the_tools_commands_start_without_the_package_index_client() -> None:
+    """bisect run, lint, docs and plan share cli/cmd_tools.py; the package index client (and
+    packaging.tags) that only 'bisect pins' uses is imported by that command, not at start-up
+    (it was 60 ms of every bisect run)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gqueue.cli.main, gqueue.cli.cmd_tools as t; "
+            "print(sorted(m for m in ('gqueue.upstream.index', 'gqueue.ops.bisect_pins', 'gqueue.ops.lint') if m in sys.modules)); "
+            "print(sorted(c for c in t.bisect.commands))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "['pins', 'reset', 'run']"]
