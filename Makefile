@@ -26,10 +26,12 @@ TEST_TORCH    ?= 2.14.0
 TEST_PIN_TREE ?= work
 TEST_ENV      := $(VENV)/.vllm-deps-torch$(TEST_TORCH)
 
+# --no-compile: the tests compile what they import into their own folder (TEST_PYC below), so
+# the 20,000 modules' bytecode pip would write beside them is never read by a test run.
 $(TEST_ENV): $(VENV)/.tool
 	@test -f $(TEST_PIN_TREE)/requirements/common.txt || $(MAKE) run
-	$(PY) -m pip install -q torch==$(TEST_TORCH)
-	$(PY) -m pip install -q -r $(TEST_PIN_TREE)/requirements/common.txt numba
+	$(PY) -m pip install -q --no-compile torch==$(TEST_TORCH)
+	$(PY) -m pip install -q --no-compile -r $(TEST_PIN_TREE)/requirements/common.txt numba
 	touch $@
 
 # The code's own gate: ruff (pyflakes and pycodestyle's error rules) and mypy --strict on the tool.
@@ -50,26 +52,32 @@ JOBS   ?= auto
 PYTEST := $(PY) -m pytest -m "not gpu" -p no:cacheprovider -n $(JOBS) --dist worksteal
 PHASE   = @echo "=== make test: $(1) [$$(date -u +%H:%M:%S)]"
 
-# The patch tests run on the tree of every gated pin: work/ (the main pin's) in phase 5, and in
-# phase 6 on pins/LABEL/ for each other label of vendor-pin.txt (written by `gqueue export-tree`:
-# that pin's release with the variants that serve it applied). Phase 5 also runs every
-# fixed-behaviour test on each gated pin's pristine tree (tests/test_patch_tests_fail_on_pristine.py).
+# The patch tests run on the tree of every gated pin: work/ (the main pin's), and pins/LABEL/ for
+# each other label of vendor-pin.txt (written here by `gqueue export-tree`: that pin's release with
+# the variants that serve it applied; tests/test_patch_tests_on_other_pins.py runs them there in
+# shards, beside the other tests). Phase 5 also runs every fixed-behaviour test on each gated
+# pin's pristine tree (tests/test_patch_tests_fail_on_pristine.py).
 OTHER_PINS ?= $(shell awk '!/^[[:space:]]*(\#|$$)/ && $$1 != "pin" {print $$1}' vendor-pin.txt)
 
+# One bytecode folder for the whole of make test, new each time (tests/conftest.py makes one per
+# pytest when none is set): torch's and vLLM's modules are compiled once, not once per phase.
+TEST_PYC := $(CURDIR)/$(VENV)/.test-pyc
+test: export PYTHONPYCACHEPREFIX = $(TEST_PYC)
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(VENV)/.tool
-	$(call PHASE,phase 1/6: the main job (checkout and push the queue))
+	@rm -rf $(TEST_PYC)
+	$(call PHASE,phase 1/5: the main job (checkout and push the queue))
 	@$(MAKE) --no-print-directory run
-	$(call PHASE,phase 2/6: the test environment (CPU torch and vLLM's requirements))
+	$(call PHASE,phase 2/5: the test environment (CPU torch and vLLM's requirements))
 	@$(MAKE) --no-print-directory $(TEST_ENV)
-	$(call PHASE,phase 3/6: the gates (ruff and mypy; the queue's lint and docs and check))
+	$(call PHASE,phase 3/5: the gates (ruff and mypy; the queue's lint and docs and check))
 	@$(MAKE) --no-print-directory check-code check-queue
-	$(call PHASE,phase 4/6: kernel tests under the Triton interpreter)
+	$(call PHASE,phase 4/5: kernel tests under the Triton interpreter)
 	$(PYTEST) tests/kernels
-	$(call PHASE,phase 5/6: the tool's tests and the patch tests and the real-sdist tests)
+	$(call PHASE,phase 5/5: the tool's tests and the patch tests on every gated pin and the real-sdist tests)
+	@for label in $(OTHER_PINS); do rm -rf pins/$$label && $(GQ) export-tree --pin $$label pins/$$label || exit 1; done
 	$(PYTEST) --ignore=tests/kernels
-	$(call PHASE,phase 6/6: the patch tests on the other gated pins' trees)
-	@for label in $(OTHER_PINS); do rm -rf pins/$$label && $(GQ) export-tree --pin $$label pins/$$label && \
-		echo "patch tests on pins/$$label" && GQUEUE_VLLM_TREE=pins/$$label $(PYTEST) tests/patches || exit 1; done
+	@rm -rf $(TEST_PYC)
 	$(call PHASE,done)
 
 bench: $(VENV)/.tool

@@ -63,9 +63,9 @@ def _bytecode_cache(config: pytest.Config) -> None:
     import shutil
     import tempfile
 
-    if "PYTHONPYCACHEPREFIX" in os.environ:
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    if "PYTHONPYCACHEPREFIX" in os.environ:  # make test's, shared by its phases
         return
     folder = tempfile.mkdtemp(prefix="gqueue-test-pyc-")
     os.environ["PYTHONPYCACHEPREFIX"] = folder
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))

@@ -2,10 +2,15 @@
 
 A run is split into phases by where a test lives and how it is marked (real vLLM sdists, the
 patches' tests, the crash and hostile-input harness, the kernels under Triton's interpreter,
-the tool's own tests). Tests are ordered phase by phase, longest phase first, so that with
-``-n 2`` the long real-sdist tests start at once instead of leaving one worker idle at the end.
-The terminal shows a line when a phase starts and when its last test is done, and the summary
-lists each phase's test count, summed test time and wall time.
+the tool's own tests). The terminal shows a line when a phase starts and when its last test is
+done, and the summary lists each phase's test count, summed test time and wall time.
+
+Order: the tests that took long in the last recorded run (tests/durations.json, written by
+``tools/bench/testtimes.py --durations``) start first, dealt out over the workers, longest first,
+each to the worker with the least so far; the rest follow phase by phase. Under xdist's
+``worksteal`` each worker is first handed a contiguous run of the list, so the list is laid out
+as those runs: a worker starts with its long tests and ends with short ones, and a worker that
+runs dry takes short tests from the end of another's run instead of waiting on a long one.
 
 Works with and without pytest-xdist: under xdist the hooks below run in the controller, which
 sees every worker's reports.
@@ -132,12 +137,68 @@ def _say(config: pytest.Config, lines: list[str]) -> None:
         reporter.write_line(f"--- {line} [{time.strftime('%H:%M:%S')}]", bold=True)
 
 
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+LONG_S = 10.0  # a test at least this long in the last recorded run is dealt out first
+
+
+def recorded_seconds(path: Path = DURATIONS) -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text())["tests"].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def worksteal_shares(total: int, workers: int) -> list[int]:
+    """How many tests xdist's worksteal scheduler first hands each worker, in order."""
+    shares, left = [], total
+    for i in range(workers):
+        shares.append(left // (workers - i))
+        left -= shares[-1]
+    return shares
+
+
+def deal(names: list[str], seconds: dict[str, float], workers: int) -> list[str]:
+    """``names`` (in phase order) laid out for ``workers`` worksteal workers: each worker's run
+    is its long tests (longest first, each given to the least loaded worker) then a contiguous
+    slice of the others, the run's length what worksteal hands that worker."""
+    long = sorted((n for n in names if seconds.get(n, 0.0) >= LONG_S), key=lambda n: (-seconds[n], n))
+    if not long:
+        return list(names)
+    workers = max(1, workers)
+    runs: list[list[str]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    shares = worksteal_shares(len(names), workers)
+    for name in long:
+        # the least loaded worker that still has room in its run
+        open_ = [i for i in range(workers) if len(runs[i]) < shares[i]] or list(range(workers))
+        least = min(open_, key=lambda i: loads[i])
+        runs[least].append(name)
+        loads[least] += seconds[name]
+    for run in runs:  # a module's long tests side by side, so its module-scoped fixtures are made once
+        first = {}
+        for name in run:
+            first.setdefault(name.split("::", 1)[0], len(first))
+        run.sort(key=lambda name: first[name.split("::", 1)[0]])
+    chosen = set(long)
+    rest = iter([n for n in names if n not in chosen])
+    for i in range(workers):
+        runs[i].extend(next(rest) for _ in range(max(0, shares[i] - len(runs[i]))))
+    runs[-1].extend(rest)
+    return [name for run in runs for name in run]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # stable: within a phase the collection order stays
     items.sort(key=lambda item: ORDER[phase_of(item.nodeid, item.keywords)])
-    mapping = {item.nodeid: phase_of(item.nodeid, item.keywords) for item in items}
     workerinput = getattr(config, "workerinput", None)
+    workers = 1
+    if workerinput is not None and config.getoption("dist", "no") == "worksteal":
+        workers = int(workerinput.get("workercount", 1))
+    by_name = {item.nodeid: item for item in items}
+    if len(by_name) == len(items):
+        items[:] = [by_name[name] for name in deal(list(by_name), recorded_seconds(), workers)]
+    mapping = {item.nodeid: phase_of(item.nodeid, item.keywords) for item in items}
     if workerinput is None:  # plain run: this process is the controller
         for nodeid, key in mapping.items():
             _LOG.expect(nodeid, key)

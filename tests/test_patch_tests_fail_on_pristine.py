@@ -4,15 +4,13 @@ release is the pin's tag in work/.git, which the queue gate's `gqueue check` imp
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from gqueue.model.pin import Pin, parse_pins
+from gqueue.model.pin import Pin
+from patch_runs import PATCH_TESTS, gated_pins, run_patch_tests
 from paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -20,11 +18,6 @@ WORK = REPO / "work"
 # The fewest fixed-behaviour tests a gated pin has (0.34.0: 47 with 18 patches carried): fewer failing means tests went
 # missing (a module that no longer imports, a wrong only_on), not that the patches got better.
 MIN_FIXED = 28
-
-
-def _gated_pins() -> list[Pin]:
-    path = REPO / "vendor-pin.txt"
-    return list(parse_pins(path.read_text(encoding="utf-8"), path=str(path)).pins)
 
 
 def _pristine_tree(pin: Pin, dest: Path) -> Path:
@@ -37,30 +30,10 @@ def _pristine_tree(pin: Pin, dest: Path) -> Path:
     return dest
 
 
-def _outcomes(report: Path) -> tuple[list[str], list[str]]:
-    """The test_fixed cases that passed and those that failed (skipped ones are neither)."""
-    passed, failed = [], []
-    for case in ET.parse(report).getroot().iter("testcase"):
-        if not case.get("name", "").startswith("test_fixed"):
-            continue
-        outcome = [child.tag for child in case]
-        if "skipped" in outcome:
-            continue
-        (failed if ("failure" in outcome or "error" in outcome) else passed).append(
-            f"{case.get('classname')}::{case.get('name')}")
-    return passed, failed
-
-
-@pytest.mark.parametrize("pin", _gated_pins(), ids=lambda pin: pin.label)
+@pytest.mark.parametrize("pin", gated_pins(), ids=lambda pin: pin.label)
 def test_fixed_tests_fail_without_the_queue(pin: Pin, tmp_path: Path) -> None:
     pristine = _pristine_tree(pin, tmp_path / "pristine")
-    report = tmp_path / "junit.xml"
-    env = dict(os.environ, GQUEUE_VLLM_TREE=str(pristine))
-    subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "tests" / "patches"), "-k", "fixed", "-m", "not gpu",
-         "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
-    )
-    passed, failed = _outcomes(report)
+    outcomes = run_patch_tests(pristine, [PATCH_TESTS], tmp_path / f"pristine-{pin.label}.xml", select="fixed", only="test_fixed")
+    failed = list(outcomes.failed)
     assert len(failed) >= MIN_FIXED, f"only {len(failed)} fixed-behaviour tests ran on pristine {pin.describe()}"
-    assert passed == [], f"these pass on pristine {pin.describe()}, so they prove nothing: {passed}"
+    assert outcomes.passed == [], f"these pass on pristine {pin.describe()}, so they prove nothing: {outcomes.passed}"

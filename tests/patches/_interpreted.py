@@ -142,6 +142,11 @@ for line in sys.stdin:
     reply.write(json.dumps({"pid": pid}) + "\n"); reply.flush()
     _, status = os.waitpid(pid, 0)
     reply.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n"); reply.flush()
+# stdin closed: the test process is done with this server. Leave at once: an interpreter that
+# has imported torch and vLLM can take longer than close() waits to shut down (threads of
+# theirs), and the server holds nothing that needs a clean shutdown.
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
@@ -242,7 +247,10 @@ def _server(tree: Path, kernels: Path, preload: tuple[str, ...]) -> _Server:
         server = None
     if server is None:
         while len(_servers) >= MAX_SERVERS:  # each holds torch and vLLM (most of a GiB)
-            _servers.pop(next(iter(_servers))).close()
+            # the one with the fewest imports goes (the cheapest to start again: the TurboQuant
+            # server's imports are ~18 s of CPU), the least recently used of those
+            cheapest = min(_servers, key=lambda k: len(k[2]))
+            _servers.pop(cheapest).close()
         server = _Server(tree, kernels, preload)
     _servers[key] = server
     return server

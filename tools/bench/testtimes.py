@@ -5,9 +5,11 @@ each test's wall and CPU seconds, each phase's sums) and, optionally, the log of
 (its ``=== make test: phase N/5 ... [HH:MM:SS]`` lines give the wall time of each of its phases).
 
     python tools/bench/testtimes.py --before B.json [--before-log B.log] --after A.json \\
-        [--after-log A.log] [--write docs/BENCHMARKS.md]
+        [--after-log A.log] [--write docs/BENCHMARKS.md] [--durations tests/durations.json]
 
-With ``--write`` the tables replace the block between the markers in that file.
+With ``--write`` the tables replace the block between the markers in that file; with
+``--durations`` the --after run's long tests and patch modules are written for the next runs'
+order (tests/phases.py) and shards (tests/patch_runs.py).
 """
 
 from __future__ import annotations
@@ -114,14 +116,37 @@ def write_block(doc: Path, text: str) -> None:
     doc.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
 
 
+DURATIONS_MIN_S = 5.0  # tests shorter than this are left out of tests/durations.json
+
+
+def durations(times: dict) -> dict:
+    """What tests/phases.py orders a run by and tests/patch_runs.py shards the patch tests by:
+    each test's wall seconds (those of at least DURATIONS_MIN_S) and each patch module's sum."""
+    modules: dict[str, float] = {}
+    for nodeid, seconds in times["wall"].items():
+        path = nodeid.split("::", 1)[0]
+        if path.startswith("tests/patches/"):
+            modules[path] = modules.get(path, 0.0) + seconds
+    return {
+        "about": "written by tools/bench/testtimes.py --durations from a run with GQUEUE_TEST_TIMES set",
+        "tests": {k: round(v, 1) for k, v in sorted(times["wall"].items()) if v >= DURATIONS_MIN_S},
+        "modules": {k: round(v, 1) for k, v in sorted(modules.items())},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", type=Path, action="append", required=True)
+    parser.add_argument("--before", type=Path, action="append")
     parser.add_argument("--after", type=Path, action="append", required=True)
     parser.add_argument("--before-log", type=Path)
     parser.add_argument("--after-log", type=Path)
     parser.add_argument("--write", type=Path, help="replace the marked block of this file")
+    parser.add_argument("--durations", type=Path, help="write the --after run's test times here (tests/durations.json)")
     args = parser.parse_args()
+    if args.durations:
+        args.durations.write_text(json.dumps(durations(load(args.after)), indent=1) + "\n")
+    if not args.before:
+        return
     text = tables(load(args.before), load(args.after), args.before_log, args.after_log)
     print(text)
     if args.write:
