@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_genesis.turboquant._launch import TileConfig
+from vllm_genesis.turboquant.tiles import TileConfig
 
 _SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "bench" / "kernels.py"
 

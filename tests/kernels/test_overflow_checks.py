@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-import test_turboquant_kernels as kt
+import test_tq_decode
+import test_tq_verify
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="checks the CPU interpreter")
 
@@ -37,8 +38,8 @@ def test_checks_are_on_and_catch_an_overflow(overflow_checks):
 
 
 def test_decode_with_overflow_checks(overflow_checks):
-    kt.test_decode_k8v4_matches_float64(12, 2)
+    test_tq_decode.test_decode_k8v4_matches_float64(12, 2)
 
 
 def test_verify_with_overflow_checks(overflow_checks):
-    kt.test_verify_raw_tail_matches_float64(12, 2, [6, 1, 8, 3])
+    test_tq_verify.test_verify_raw_tail_matches_float64(12, 2, [6, 1, 8, 3])

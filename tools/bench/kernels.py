@@ -312,7 +312,7 @@ def _check_case(case):
         line = dict(case=name, rel_err_vs_dequant=e, rel_err_vs_raw=er, nan=nan, ok=(e < 1e-2 and not nan))
         if lay.key_fp8:
             # the word-load tile shapes the sweep times, at full size
-            from vllm_genesis.turboquant._launch import TileConfig
+            from vllm_genesis.turboquant.tiles import TileConfig
 
             alts = {}
             T = TileConfig
@@ -393,7 +393,7 @@ def tile_key(t) -> str:
 
 def parse_variant(spec: str):
     """'[decode:|verify:]EXPR[@S]' -> (the row kind it is for or None, TileConfig or None, splits or None)."""
-    from vllm_genesis.turboquant._launch import TileConfig
+    from vllm_genesis.turboquant.tiles import TileConfig
 
     kind = None
     head, sep, rest = spec.partition(":")
@@ -458,8 +458,8 @@ def tune_variants(kind, B, D, rows, S):
 
     ``S`` is ``pick_num_splits``'s count.
     """
-    from vllm_genesis.turboquant._launch import TileConfig as T
-    from vllm_genesis.turboquant._launch import verify_q_tiles, verify_v_tiles
+    from vllm_genesis.turboquant.tiles import TileConfig as T
+    from vllm_genesis.turboquant.tiles import verify_q_tiles, verify_v_tiles
 
     if rows > 16:  # verify
         old, s_old = verify_q_tiles(64), S
@@ -478,7 +478,7 @@ def tune_variants(kind, B, D, rows, S):
 
 def _default_plan(B, L, D, G, QL, cache, lay, verify):
     """The stage-1 kernel and the split count the launcher uses for this row by default."""
-    from vllm_genesis.turboquant._launch import call_plan
+    from vllm_genesis.turboquant.plan import call_plan
 
     kernel, _, splits = call_plan(cache, lay, B, D, G, QL, L, has_qstart=verify, raw_tail=verify)
     return kernel, splits
@@ -486,7 +486,9 @@ def _default_plan(B, L, D, G, QL, cache, lay, verify):
 
 def time_row(row, copy_bps):
     from vllm_genesis.turboquant import TQLayout, pick_num_splits, tq_decode_attention, tq_verify_attention
-    from vllm_genesis.turboquant._launch import TileConfig, num_sms, split_workspace
+    from vllm_genesis.turboquant._launch import split_workspace
+    from vllm_genesis.turboquant.device import num_sms
+    from vllm_genesis.turboquant.tiles import TileConfig
 
     kind, B, L, Hq, Hk, D, QL = row
     lay = TQLayout.from_preset("turboquant_k8v4", D)

@@ -55,11 +55,12 @@ def main() -> int:
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
-    from vllm_genesis.turboquant import _launch
-    from vllm_genesis.turboquant._kernel_h import partial_order
-    from vllm_genesis.turboquant._kernel_v import PARTIAL_ORDER_V
+    from vllm_genesis.turboquant import combine, stage1
+    from vllm_genesis.turboquant._wgmma_decode import partial_order
+    from vllm_genesis.turboquant._wgmma_verify import PARTIAL_ORDER_V
+    from vllm_genesis.turboquant.tiles import TileConfig
 
-    tiles = eval(a.tiles, {"T": _launch.TileConfig, "TileConfig": _launch.TileConfig}) if a.tiles else None
+    tiles = eval(a.tiles, {"T": TileConfig, "TileConfig": TileConfig}) if a.tiles else None
 
     bench.ARGS = argparse.Namespace(flush="write", rep_ms=100, tune=False, tiny=False)
     copy = bench.copy_rate()
@@ -88,25 +89,28 @@ def main() -> int:
         def sdpa():
             return torch.nn.functional.scaled_dot_product_attention(qv, kb, vb, attn_mask=mask, enable_gqa=True)
 
-        orders = {"_launch_h": partial_order(D), "_launch_v": PARTIAL_ORDER_V}
+        orders = {"launch_wgmma_decode": partial_order(D), "launch_wgmma_verify": PARTIAL_ORDER_V}
 
         def without(names, fn):
-            saved = {n: getattr(_launch, n) for n in names}
+            # the kernel and the launch functions by name: the combine's in ``combine``, stage 1's in ``stage1``
+            mods = {n: combine if n == "_tq_combine_splits" else stage1 for n in names}
+            saved = {n: getattr(mods[n], n) for n in names}
 
             def run():
                 for n in names:
-                    setattr(_launch, n, _Skip(orders.get(n)))
+                    setattr(mods[n], n, _Skip(orders.get(n)))
                 try:
                     fn()
                 finally:
                     for n, k in saved.items():
-                        setattr(_launch, n, k)
+                        setattr(mods[n], n, k)
             return run
 
-        stage1 = ("_tq_split_kernel", "_tq_split_kernel_q", "_tq_split_kernel_w", "_launch_g", "_launch_h", "_launch_v")
+        stage1_names = ("_tq_dequant_split", "_tq_fp8_scores", "_tq_per_warp_softmax", "launch_gluon_mma_decode",
+                        "launch_wgmma_decode", "launch_wgmma_verify")
         cases = [("empty graph", lambda: tiny.add_(1.0)), ("ours", ours()),
-                 ("ours, stage 1 only", without(("_tq_combine_kernel",), ours())),
-                 ("ours, combine only", without(stage1, ours())), ("sdpa", sdpa)]
+                 ("ours, stage 1 only", without(("_tq_combine_splits",), ours())),
+                 ("ours, combine only", without(stage1_names, ours())), ("sdpa", sdpa)]
         cases += [(f"ours S={s}", ours(int(s))) for s in a.splits.split(",") if s]
         res = dict(row=list(row), cache_bytes=nbytes, times={})
         for mode in ("write", "read"):

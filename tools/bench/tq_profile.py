@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run one TurboQuant stage-1 configuration a few times, for a profiler (ncu) to read.
 
-    ncu --clock-control none --kernel-name regex:_tq_split --launch-skip 2 --launch-count 1 \\
+    ncu --clock-control none --kernel-name 'regex:_tq_(dequant|per_warp|fp8|gluon|wgmma)' --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \\
         python tools/bench/tq_profile.py --row 1 --tiles 'TileConfig(64, 4, 5, "q")'
 
@@ -31,7 +31,7 @@ def main() -> int:
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import tq_decode_attention, tq_verify_attention
-    from vllm_genesis.turboquant._launch import TileConfig
+    from vllm_genesis.turboquant.tiles import TileConfig
 
     row = bench.ROWS[a.row]
     kind, QL = row[0], row[6]

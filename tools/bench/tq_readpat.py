@@ -57,7 +57,8 @@ def main():
 
     kb.ARGS = argparse.Namespace(rep_ms=100, tiny=False)
     from vllm_genesis.turboquant import TQLayout, pick_num_splits, tq_decode_attention
-    from vllm_genesis.turboquant._launch import TileConfig, default_tiles, split_workspace
+    from vllm_genesis.turboquant._launch import split_workspace
+    from vllm_genesis.turboquant.tiles import TileConfig, default_tiles
 
     dev = "cuda"
     res = []

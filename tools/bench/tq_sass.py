@@ -40,7 +40,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from vllm_genesis.turboquant import _kernels as K  # noqa: E402
+from vllm_genesis.turboquant._dequant_split import _tq_dequant_split  # noqa: E402
+from vllm_genesis.turboquant._per_warp_softmax import _tq_per_warp_softmax  # noqa: E402
 from vllm_genesis.turboquant.layout import TQLayout  # noqa: E402
 
 PTR = {"QR": "*bf16", "KV": "*u8", "BT": "*i32", "SeqLens": "*i32", "QStart": "*i32", "Cent": "*bf16",
@@ -99,7 +100,7 @@ def compile_h(**consts):
     HAS_QSTART, PF, ...; the cache slot and strides follow from D and HK)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from vllm_genesis.turboquant._kernel_h import NUM_WARPS, _tq_decode_kernel_h as fn
+    from vllm_genesis.turboquant._wgmma_decode import NUM_WARPS, _tq_wgmma_decode as fn
 
     d, hk = consts["D"], consts["HK"]
     slot = d + d // 2 + 4
@@ -264,7 +265,7 @@ def main():
     for name, (kind, G, QL, D, Hk, bn, w, st, extra, mr, preset) in CONFIGS.items():
         if a.only and a.only not in name:
             continue
-        fn = {"n": K._tq_split_kernel, "w": K._tq_split_kernel_w}[kind]
+        fn = {"n": _tq_dequant_split, "w": _tq_per_warp_softmax}[kind]
         try:
             ck = compile_stage1(fn, G=G, QL=QL, D=D, Hk=Hk, block_n=bn, warps=w, stages=st, extra=extra, maxnreg=mr,
                                 preset=preset)

@@ -45,15 +45,15 @@ def main() -> int:
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
     from vllm_genesis.turboquant import TQLayout, tq_decode_attention, tq_verify_attention
-    from vllm_genesis.turboquant._launch import TileConfig
+    from vllm_genesis.turboquant.tiles import TileConfig
     from vllm_genesis.turboquant.reference import random_case, reference_attention, rel_err
 
-    from vllm_genesis.turboquant import _launch
+    from vllm_genesis.turboquant import combine, stage1
 
     bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
     if a.no_pdl:
-        _launch.COMBINE_PDL = False
-    pair_gathers = _launch._pair_gathers
+        combine.COMBINE_PDL = False
+    pair_gathers = stage1._pair_gathers
     results = []
     rows = [bench.ROWS[i] for i in a.row]
     rows += [bench.parse_row_spec(spec) for spec in a.row_spec]
@@ -89,7 +89,7 @@ def main() -> int:
         print(f"\n{kind} B={B} ctx={L} Hq={Hq} Hk={Hk} D={D} QL={QL} {a.preset}", flush=True)
         for spec in ["default"] + a.tiles:
             expr, _, s = spec.partition("@")
-            _launch._pair_gathers = pair_gathers if expr != "no-pairs" else (lambda layout, head_dim: False)
+            stage1._pair_gathers = pair_gathers if expr != "no-pairs" else (lambda layout, head_dim: False)
             tiles = None if expr in ("default", "no-pairs") else eval(expr, {"T": TileConfig, "TileConfig": TileConfig})
             splits = int(s) if s else None
             line = dict(row=[kind, B, L, Hq, Hk, D, QL], preset=a.preset, variant=spec)

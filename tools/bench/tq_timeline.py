@@ -73,7 +73,9 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     import kernels as bench  # tools/bench/kernels.py
-    from vllm_genesis.turboquant._launch import LOG2E, _launch_h, cache_plan, split_workspace
+    from vllm_genesis.turboquant._launch import LOG2E, split_workspace
+    from vllm_genesis.turboquant.plan import cache_plan
+    from vllm_genesis.turboquant.stage1 import launch_wgmma_decode
 
     bench.ARGS = argparse.Namespace(flush=a.flush, rep_ms=100, tune=False, tiny=False)
     results = []
@@ -90,7 +92,7 @@ def main() -> int:
         tl = torch.zeros(B * Hk * S, 4, dtype=torch.int64, device=x.q.device)
 
         def launch():
-            _launch_h(x.q, x.cache, x.bt, x.seq_lens, x.seq_lens, mid_o, mid_l, S, D**-0.5 * LOG2E, B, G, D,
+            launch_wgmma_decode(x.q, x.cache, x.bt, x.seq_lens, x.seq_lens, mid_o, mid_l, S, D**-0.5 * LOG2E, B, G, D,
                       x.cache.shape[1], 1, False, timeline=tl)
 
         launch()

@@ -3,17 +3,19 @@
 One program per (sequence, KV head, split) serves every query head of the group, so each
 cache byte is read once per step (0.24.0's stage 1 runs one program per *query* head and
 re-reads the KV head's bytes G times). A second, small kernel merges the splits. On Hopper
-GPUs, fp8 e4m3 keys + 4-bit values with D = 256 and groups of up to 8 heads run stage 1 as
-kernel "h" (``_kernel_h.py``: warp-group products reading the keys from shared memory);
-elsewhere the Triton kernels of ``_kernels.py`` / ``_kernel_q.py``.
+GPUs, fp8 e4m3 keys + 4-bit values with D = 128 or 256 and groups of up to 8 heads run
+stage 1 as kernel "h" (``_wgmma_decode.py``: warp-group products reading the keys from
+shared memory); elsewhere the Triton kernels (``_dequant_split.py``, ``_per_warp_softmax.py``,
+``_fp8_scores.py``). ``plan.py`` says which.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._launch import TileConfig, default_scale, run_attention, as_layout
+from ._launch import as_layout, default_scale, run_attention
 from .layout import TQLayout
+from .tiles import TileConfig
 
 
 def tq_decode_attention(

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ._launch import TileConfig, as_layout, cache_plan, default_scale, run_attention, split_workspace
+from ._launch import as_layout, default_scale, run_attention, split_workspace
 from .layout import TQLayout, next_pow2
+from .plan import cache_plan
+from .tiles import TileConfig
 
 MAX_QUERY_LEN = 8
 
@@ -133,7 +135,9 @@ def warmup_verify(
     ``verify_num_splits``, needs none): the variants with and without it are built. Returns
     the number of launches.
     """
-    from ._launch import CacheFacts, call_plan, combine_chunk, programmatic_combine
+    from .combine import combine_chunk, programmatic_combine
+    from .device import CacheFacts
+    from .plan import call_plan
     from .decode import tq_decode_attention
 
     lay = as_layout(layout, head_dim)

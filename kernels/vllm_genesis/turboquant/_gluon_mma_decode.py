@@ -29,7 +29,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from ._kernels import FP8X4_F16_ASM
+from ._triton_words import FP8X4_F16_ASM
 
 BLOCK_N = 64
 NUM_WARPS = 4
@@ -271,7 +271,7 @@ def _tile_step(n0, end, qt, kb, vw, sz, kp, vp, zp, pt, alpha, m_i, l_i, z_i, ac
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
-def _tq_decode_kernel_g(
+def _tq_gluon_mma_decode(
     QR,  # [T, Hq, D] query
     KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
     BT,  # int32 [B, max_blocks]

@@ -1,6 +1,6 @@
 """Stage 1 with fp8 tensor-core scores (k8v4, Hopper).
 
-``_tq_split_kernel_q`` has the inputs and outputs of ``_kernels._tq_split_kernel`` (one
+``_tq_fp8_scores`` has the inputs and outputs of ``_dequant_split._tq_dequant_split`` (one
 program per (split, KV head, sequence), every query row of the group) but never turns a
 key into a wider type: the fp8 key bytes go from global memory into shared memory as
 they are (``cp.async`` through Triton's pipeliner) and are scored by fp8 x fp8 warp-group
@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._kernels import _add2, _scale_zero, _split_slice, _split_stats, _u4_words
+from ._triton_words import _add2, _scale_zero, _split_slice, _split_stats, _u4_words
 
 
 @triton.jit
@@ -94,7 +94,7 @@ def _rows_m_step(k8, qh, ql, rsc, acc, m_ref, l_i, z_i, sw3, cw3, n0, end, row_l
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # any split count: one compiled variant
-def _tq_split_kernel_q(
+def _tq_fp8_scores(
     QR,
     KV,
     BT,

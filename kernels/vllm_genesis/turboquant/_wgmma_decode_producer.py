@@ -1,6 +1,6 @@
 """Kernel "h" with its key copies in a warp of their own (warp specialisation, Gluon).
 
-The same products, softmax and partials as ``_kernel_h`` (decode, D = 256, groups of up to 8
+The same products, softmax and partials as ``_wgmma_decode`` (decode, D = 256, groups of up to 8
 heads), but the program is split in two partitions that meet at shared-memory barriers:
 
 * a producer warp requests each key tile into a ring of ``STAGES`` stages
@@ -27,8 +27,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma
 
-from ._kernel_g import _cta_barrier, _row_totals
-from ._kernel_h import (_async_load, _blocks, _code_word_offsets, _exchange_buffer, _launch_dependents,
+from ._gluon_mma_decode import _cta_barrier, _row_totals
+from ._wgmma_decode import (_async_load, _blocks, _code_word_offsets, _exchange_buffer, _launch_dependents,
                         _output_layout, _part_copies, _probs_smem_layout, _q_split, _scores_layout, _softmax_step,
                         _split_range, _tile_words, _value_operand, _wait_prior, _word_offsets, _words_layout)
 
@@ -137,7 +137,7 @@ def _consumer(ksm, ready, empty, psm, q2_s, QR, q0, hk, stride_qt, stride_qh, qk
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
-def _tq_decode_kernel_hw(
+def _tq_wgmma_decode_producer(
     QR, KV, BT, SeqLens, QStart, MidO, MidL,
     stride_qt, stride_qh, stride_kw, stride_bt, num_splits, qk_scale,
     SKP: gl.constexpr,

@@ -42,7 +42,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from ._kernel_g import _codes_joined, _cta_barrier, _half_codes_joined, _row_totals
+from ._gluon_mma_decode import _codes_joined, _cta_barrier, _half_codes_joined, _row_totals
 
 NUM_WARPS = 4
 # the cp.async copy's name differs between Gluon versions (3.6: async_copy_global_to_shared,
@@ -310,7 +310,7 @@ def _half_value_operand(cw, hsel, LO: gl.constexpr, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
-def _tq_decode_kernel_h(
+def _tq_wgmma_decode(
     QR,  # [T, Hq, D] query
     KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
     BT,  # int32 [B, max_blocks]

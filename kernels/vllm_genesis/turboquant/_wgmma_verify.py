@@ -46,8 +46,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from ._kernel_g import _codes_joined, _cta_barrier, _row_totals
-from ._kernel_h import _async_load, _blocks, _launch_dependents, _part_copies, _q_split, _split_range, _word_offsets
+from ._gluon_mma_decode import _codes_joined, _cta_barrier, _row_totals
+from ._wgmma_decode import _async_load, _blocks, _launch_dependents, _part_copies, _q_split, _split_range, _word_offsets
 
 NUM_WARPS = 4
 # the combine's column order for kernel "v"'s partials (column W j + i holds head column 8 i + j,
@@ -139,7 +139,7 @@ def _vt_store(vsm, codes, t0, VN: gl.constexpr, W: gl.constexpr, D: gl.constexpr
 @gluon.jit
 def _v_blocks(n0, src, PAGE: gl.constexpr):
     """Block ids of the tile at token ``n0``: its keys', code words' and scale/zero words'
-    copies (``src``: the cache pointers, copy positions and bounds ``_tq_verify_kernel_v`` sets
+    copies (``src``: the cache pointers, copy positions and bounds ``_tq_wgmma_verify`` sets
     up)."""
     K8, KW, kpos, krow, cpos, crow, zpos, bt_row, last_page, end, stride_kw = src
     return (_blocks(bt_row, n0 + kpos, last_page, PAGE), _blocks(bt_row, n0 + cpos, last_page, PAGE),
@@ -271,7 +271,7 @@ def _v_tile(n0, ring, cur, ring_next, nxt, vsm, ql_s, qh_s, src, blk, st, rsc, m
 
 
 @gluon.jit(do_not_specialize=["num_splits"])
-def _tq_verify_kernel_v(
+def _tq_wgmma_verify(
     QR,  # [T, Hq, D] query
     KV,  # uint8 cache [num_blocks, PAGE, HK, slot]
     BT,  # int32 [B, max_blocks]
