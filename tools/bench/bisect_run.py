@@ -19,6 +19,7 @@ It prints a table and writes it to docs/bench/bisect.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tools" / "bench"))
 
 from synthseries import generate  # noqa: E402
+
+from gqueue.model.pin import parse_pins  # noqa: E402
 
 
 def gq(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -68,12 +71,17 @@ def git_bisect(work: Path, base: str, check: list[str]) -> tuple[int, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=300)
+    parser.add_argument("--base", help="the pin of vendor-pin.txt (any label) the series is on (default: the main pin)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gqueue-bench-bisect-"))
     try:
         root = tmp / "q"
         (root / "queue").mkdir(parents=True)
-        pin = next(line for line in (REPO / "vendor-pin.txt").read_text().splitlines() if line.startswith("pin "))
+        pins = parse_pins((REPO / "vendor-pin.txt").read_text())
+        chosen = pins.main if args.base is None else pins.find(args.base)
+        if chosen is None:
+            raise SystemExit(f"vendor-pin.txt has no pin {args.base}")
+        pin = f"pin {chosen.source} {' '.join(f'{k}={v}' for k, v in chosen.options.items())}"
         (root / "vendor-pin.txt").write_text(pin + "\n")
         (root / "series").write_text("")
         gq(root, "checkout")
@@ -103,9 +111,11 @@ def main() -> None:
         out_dir = REPO / "docs" / "bench"
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "bisect.md").write_text(
-            f"# Bisect\n\n`python tools/bench/bisect_run.py -n {args.n}` on {platform.machine()}, Python "
-            f"{platform.python_version()}, tree of {pin.split()[1]}. 'tests' counts the command's runs "
-            "(gqueue also checks both ends first; git bisect trusts them).\n\n" + text + "\n")
+            f"# Bisect\n\n`python tools/bench/bisect_run.py -n {args.n}{f' --base {args.base}' if args.base else ''}` "
+            f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, tree of "
+            f"{pin.split()[1]}, load average {os.getloadavg()[0]:.1f} at the end (the machine is shared). "
+            "'tests' counts the command's runs (git bisect trusts both ends; gqueue tests an end too "
+            "when the culprit it finds is next to it).\n\n" + text + "\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

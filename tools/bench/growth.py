@@ -11,6 +11,10 @@ tree, and times, as whole commands, in turns over ``--rounds`` rounds:
 - then, with the series pushed, the top patch's first file touched and refreshed, by
   ``gqueue refresh`` and by ``quilt refresh`` on a copy of the tree with the same series
   pushed by quilt, in turns;
+- with the series pushed, ``gqueue move P --last`` and back, P the first patch that shares no file
+  with another (each move pops the applied patches from P up and pushes them again in the new order);
+- with the series pushed, ``gqueue bisect run`` and ``git bisect run`` of the same stack with the
+  same test command (a grep for a line the middle patch adds), with the tests each ran;
 - ``gqueue rebase --abort`` of a rebase to 0.25.0 stopped at its last patch (the diff of one
   patch that conflicts there appended to the series), beside its floor: ``git read-tree --reset -u`` of
   the same two trees in work/ (the files --abort must put back).
@@ -119,10 +123,60 @@ def one_size(n: int, tmp: Path, tree: Path, pin_text: str, rounds: int) -> dict[
         touch_top(qt, q / "queue", q / "series")  # quilt rewrites its copy with its own labels
         add("quilt refresh", timed(["quilt", "refresh"], qt))
     shutil.rmtree(qt)
+    first = _movable(q / "queue", names)
+    for _ in range(rounds):  # every applied patch from it up popped and pushed again in the new order
+        add("move (first to last)", timed([*GQ, "move", first, "--last"], q))
+        add("move (first to last)", timed([*GQ, "move", first, "--first" if first == names[0] else f"--before={names[names.index(first) + 1]}"], q))
+    _bisect_rounds(q, names, rounds, add)
     run([*GQ, "pop", "--all"], q)
     _abort_rounds(q, rounds, add)
     shutil.rmtree(q)
     return samples
+
+
+def _movable(queue: Path, names: list[str]) -> str:
+    """The first patch no other patch shares a file with: it applies anywhere in the series, so
+    moving it last (and back) always re-applies the stack instead of being refused."""
+    paths = {n: {line[6:] for line in (queue / n).read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+                 if line.startswith("+++ b/")} for n in names}
+    count: dict[str, int] = {}
+    for touched in paths.values():
+        for path in touched:
+            count[path] = count.get(path, 0) + 1
+    return next(n for n in names if all(count[p] == 1 for p in paths[n]))
+
+
+def _marker(patch: Path) -> tuple[str, str]:
+    """A file the patch edits and a line it adds there (synthseries tags its lines '# S...')."""
+    path = ""
+    for line in patch.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
+        if line.startswith("+++ b/"):
+            path = line[6:]
+        elif line.startswith("+") and not line.startswith("+++") and "# S" in line:
+            return path, line[1:]
+    raise SystemExit(f"no marker in {patch}")
+
+
+def _bisect_rounds(q: Path, names: list[str], rounds: int, add) -> None:  # type: ignore[no-untyped-def]
+    """gqueue bisect run and git bisect run of the pushed series, the culprit in the middle, the
+    same test command (a grep for a line the culprit adds); the tests each ran are counted."""
+    path, line = _marker(q / "queue" / names[len(names) // 2])
+    quoted = "'" + line.replace("'", "'\"'\"'") + "'"
+    check = ["sh", "-c", f"! grep -qF -- {quoted} {path}"]
+    work = q / "work"
+    base = next(t for t in run(["git", "tag", "-l", "gqueue/pin/*"], work).stdout.decode().split()
+                if not t.endswith(NEW_PIN.split("==")[1]))
+    for _ in range(rounds):
+        start = time.perf_counter()
+        out = run([*GQ, "bisect", "run", "--json", "--", *check], q).stdout.decode()
+        add("bisect run (culprit in the middle)", time.perf_counter() - start)
+        add("bisect run: tests", float(out.count('"verdict"')))
+        start = time.perf_counter()
+        run(["git", "bisect", "start", "gqueue", base], work)
+        out = run(["git", "bisect", "run", *check], work).stdout.decode()
+        run(["git", "bisect", "reset"], work)
+        add("git bisect run (the same)", time.perf_counter() - start)
+        add("git bisect run: tests", float(out.count("running ")))
 
 
 def _abort_rounds(q: Path, rounds: int, add) -> None:  # type: ignore[no-untyped-def]
@@ -173,7 +227,9 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             print(f"{n}: " + ", ".join(f"{k} {median(v):.3f}" for k, v in results[n].items()), file=sys.stderr)
     keys = ["gqueue --version", "push --all", "pop --all", "refresh", "quilt refresh", "check (cached pin)",
+            "move (first to last)", "bisect run (culprit in the middle)", "git bisect run (the same)",
             "rebase --abort", "git read-tree (the same trees)"]
+    counts = ["bisect run: tests", "git bisect run: tests"]
     lines = [
         f"Series: synthetic (tools/bench/synthseries.py, seed 0, edits where vllm 0.25.0 left the lines alone) "
         f"over vllm {base.version}, of {', '.join(map(str, sizes))} patches; for --abort, the project's "
@@ -191,17 +247,23 @@ def main() -> None:
             values = results[n].get(key)
             cells.append(f"{median(values):.3f} s ({min(values):.3f}–{max(values):.3f})" if values else "not measured")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    for key in counts:
+        cells = [f"{median(results[n][key]):.0f}" if results[n].get(key) else "not measured" for n in sizes]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
     lines.append("")
     ratios = []
     for n in sizes:
         r = results[n]
         if r.get("quilt refresh"):
             ratios.append(f"{n}: refresh {median(r['refresh']) / median(r['quilt refresh']):.2f}x quilt's")
+        if r.get("bisect run (culprit in the middle)"):
+            ratios.append(f"{n}: bisect run {median(r['bisect run (culprit in the middle)']) / median(r['git bisect run (the same)']):.2f}x "
+                          "git bisect run's")
         if r.get("rebase --abort"):
             ratios.append(f"{n}: rebase --abort {median(r['rebase --abort']) / median(r['git read-tree (the same trees)']):.1f}x "
                           "its read-tree floor")
     lines += ["Ratios (medians of the same run): " + "; ".join(ratios) + ".", "",
-              f"Command: `python tools/bench/growth.py --sizes {args.sizes} --rounds {args.rounds}`"]
+              f"Command: `python tools/bench/growth.py --sizes {args.sizes} --rounds {args.rounds} --base {args.base}`"]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ of the top patch, pop of all patches — for gqueue, quilt and (push only) git a
 ``git apply`` of the concatenated series as the floor — in several rounds (medians and
 ranges reported). Prints a table and writes it to docs/bench/stack.md.
 
-    python tools/bench/stack.py [-n 300] [--rounds 3] [--kind synthetic|real|both] [--out docs/bench/stack.md]
+    python tools/bench/stack.py [-n 300] [--rounds 3] [--kind synthetic|real|both] [--base vllm==0.24.0] [--out docs/bench/stack.md]
 """
 
 from __future__ import annotations
@@ -209,10 +209,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fresh rounds per tool; the table shows medians")
     parser.add_argument("--kind", choices=("synthetic", "real", "both"), default="both")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "stack.md")
+    parser.add_argument("--base", help="the pin of vendor-pin.txt (any label) the series is on (default: the main pin)")
     args = parser.parse_args()
     pins = parse_pins((REPO / "vendor-pin.txt").read_text())
-    sdist = sdist_path(pins.main)
-    pin_line = f"pin {pins.main.source} {' '.join(f'{k}={v}' for k, v in pins.main.options.items())}\n"
+    base = pins.main if args.base is None else pins.find(args.base)
+    if base is None:
+        raise SystemExit(f"vendor-pin.txt has no pin {args.base}")
+    sdist = sdist_path(base)
+    pin_line = f"pin {base.source} {' '.join(f'{k}={v}' for k, v in base.options.items())}\n"
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gqueue-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -220,8 +224,9 @@ def main() -> None:
             tar.extractall(tmp / "x", filter="data")
         tree = next((tmp / "x").iterdir())
         for kind in ("synthetic", "real") if args.kind == "both" else (args.kind,):
-            lines += bench(kind, tmp, tree, args, pin_line, pins.main.version)
-    lines.append(f"Command: `python tools/bench/stack.py -n {args.n} --rounds {args.rounds} --kind {args.kind}`")
+            lines += bench(kind, tmp, tree, args, pin_line, base.version)
+    on = f" --base {args.base}" if args.base else ""
+    lines.append(f"Command: `python tools/bench/stack.py -n {args.n} --rounds {args.rounds} --kind {args.kind}{on}`")
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
