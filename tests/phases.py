@@ -192,9 +192,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # stable: within a phase the collection order stays
     items.sort(key=lambda item: ORDER[phase_of(item.nodeid, item.keywords)])
     workerinput = getattr(config, "workerinput", None)
-    workers = 1
-    if workerinput is not None and config.getoption("dist", "no") == "worksteal":
-        workers = int(workerinput.get("workercount", 1))
+    # a worker's own options say dist=no (xdist resets them); the layout is worksteal's, make test's
+    workers = int(workerinput.get("workercount", 1)) if workerinput is not None else 1
     by_name = {item.nodeid: item for item in items}
     if len(by_name) == len(items):
         items[:] = [by_name[name] for name in deal(list(by_name), recorded_seconds(), workers)]
