@@ -73,15 +73,15 @@ def tables(before: dict, after: dict, before_log: Path | None, after_log: Path |
     out = []
     b_make, a_make = make_phases(before_log), make_phases(after_log)
     if b_make or a_make:
+        # the two runs may have other phases: each run's own, side by side in their order
         out += ["make test, phase by phase (wall):", "",
-                "| phase | before | after |", "|---|---:|---:|"]
-        after_by_title = dict(a_make)
-        titles = [t for t, _ in a_make] or [t for t, _ in b_make]
-        before_by_title = dict(b_make)
-        for title in titles:
-            out.append(f"| {title} | {_minutes(before_by_title.get(title))} | {_minutes(after_by_title.get(title))} |")
+                "| before: phase | wall | after: phase | wall |", "|---|---:|---|---:|"]
+        for i in range(max(len(b_make), len(a_make))):
+            b = b_make[i] if i < len(b_make) else ("", None)
+            a = a_make[i] if i < len(a_make) else ("", None)
+            out.append(f"| {b[0]} | {_minutes(b[1]) if b[0] else ''} | {a[0]} | {_minutes(a[1]) if a[0] else ''} |")
         out.append(f"| whole make test | {_minutes(sum(s for _, s in b_make) if b_make else None)} "
-                   f"| {_minutes(sum(s for _, s in a_make) if a_make else None)} |")
+                   f"| | {_minutes(sum(s for _, s in a_make) if a_make else None)} |")
         out.append("")
     out += ["pytest, phase by phase (tests; CPU seconds of the tests and their child processes, "
             "summed; wall of the phase from its first to its last report):", "",
