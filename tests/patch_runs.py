@@ -9,7 +9,6 @@ report: which tests passed, failed or were skipped, and why each one failed.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,9 +18,9 @@ from pathlib import Path
 
 from gqueue.model.pin import Pin, parse_pins
 from paths import REPO
+from phases import recorded_seconds
 
 PATCH_TESTS = REPO / "tests" / "patches"
-DURATIONS = REPO / "tests" / "durations.json"
 TIMEOUT_S = 1800
 
 
@@ -34,18 +33,10 @@ def modules() -> list[Path]:
     return sorted(PATCH_TESTS.glob("test_*.py"))
 
 
-def _module_seconds() -> dict[str, float]:
-    """Each patch test module's seconds in the last recorded run (tests/durations.json)."""
-    try:
-        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text())["modules"].items()}
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
 def shards(count: int) -> list[list[Path]]:
     """The patch test modules in ``count`` groups of about equal recorded time (longest module
     first, each to the group with the least so far; a module with no record weighs its size)."""
-    seconds = _module_seconds()
+    seconds = recorded_seconds(part="modules")
 
     def weight(path: Path) -> float:
         rel = path.relative_to(REPO).as_posix()

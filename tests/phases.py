@@ -141,9 +141,11 @@ DURATIONS = Path(__file__).resolve().parent / "durations.json"
 LONG_S = 10.0  # a test at least this long in the last recorded run is dealt out first
 
 
-def recorded_seconds(path: Path = DURATIONS) -> dict[str, float]:
+def recorded_seconds(path: Path = DURATIONS, *, part: str = "tests") -> dict[str, float]:
+    """Seconds of the last recorded run: each long test's (``part="tests"``) or each patch test
+    module's (``"modules"``); none where the file is missing or unreadable."""
     try:
-        return {str(k): float(v) for k, v in json.loads(path.read_text())["tests"].items()}
+        return {str(k): float(v) for k, v in json.loads(path.read_text())[part].items()}
     except (OSError, ValueError, KeyError):
         return {}
 
@@ -169,9 +171,8 @@ def deal(names: list[str], seconds: dict[str, float], workers: int) -> list[str]
     loads = [0.0] * workers
     shares = worksteal_shares(len(names), workers)
     for name in long:
-        # the least loaded worker that still has room in its run
-        open_ = [i for i in range(workers) if len(runs[i]) < shares[i]] or list(range(workers))
-        least = min(open_, key=lambda i: loads[i])
+        # the least loaded worker that still has room in its run (the shares add up to len(names))
+        least = min((i for i in range(workers) if len(runs[i]) < shares[i]), key=lambda i: loads[i])
         runs[least].append(name)
         loads[least] += seconds[name]
     for run in runs:  # a module's long tests side by side, so its module-scoped fixtures are made once

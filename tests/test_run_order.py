@@ -66,7 +66,7 @@ def test_patch_shards_cover_every_module_once_and_balance_the_recorded_time() ->
         assert len(groups) == count
         flat = [p for g in groups for p in g]
         assert sorted(flat) == patch_runs.modules() and len(set(flat)) == len(flat)
-    recorded = patch_runs._module_seconds()
+    recorded = phases.recorded_seconds(part="modules")
     loads = [sum(recorded.get(p.relative_to(patch_runs.REPO).as_posix(), 0.0) for p in g) for g in patch_runs.shards(2)]
     assert max(loads) - min(loads) <= max(recorded.values(), default=0.0)
 

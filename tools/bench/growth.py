@@ -42,6 +42,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tools"))
 
+from bisect_run import marker  # noqa: E402
 from synthseries import generate  # noqa: E402
 
 from gqueue.model.patch import split_header  # noqa: E402
@@ -146,21 +147,10 @@ def _movable(queue: Path, names: list[str]) -> str:
     return next(n for n in names if all(count[p] == 1 for p in paths[n]))
 
 
-def _marker(patch: Path) -> tuple[str, str]:
-    """A file the patch edits and a line it adds there (synthseries tags its lines '# S...')."""
-    path = ""
-    for line in patch.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
-        if line.startswith("+++ b/"):
-            path = line[6:]
-        elif line.startswith("+") and not line.startswith("+++") and "# S" in line:
-            return path, line[1:]
-    raise SystemExit(f"no marker in {patch}")
-
-
 def _bisect_rounds(q: Path, names: list[str], rounds: int, add) -> None:  # type: ignore[no-untyped-def]
     """gqueue bisect run and git bisect run of the pushed series, the culprit in the middle, the
     same test command (a grep for a line the culprit adds); the tests each ran are counted."""
-    path, line = _marker(q / "queue" / names[len(names) // 2])
+    path, line = marker(q / "queue" / names[len(names) // 2])
     quoted = "'" + line.replace("'", "'\"'\"'") + "'"
     check = ["sh", "-c", f"! grep -qF -- {quoted} {path}"]
     work = q / "work"
