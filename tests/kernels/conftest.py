@@ -24,8 +24,8 @@ if not _has_cuda():
     os.environ["TRITON_INTERPRET"] = "1"
 
 if os.environ.get("TRITON_INTERPRET") == "1":
-    # tl.reduce on whole blocks, device functions without re-patching (see fast_interpreter.py)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    # tl.reduce on whole blocks, device functions without re-patching (see tests/fast_interpreter.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import fast_interpreter
 
     fast_interpreter.install()

@@ -9,6 +9,9 @@ imports first (``preload``, in the script's order) once, under the same TRITON_I
 CUDA_VISIBLE_DEVICES and PYTHONPATH, with no Genesis switch set, and has run nothing else. Each script runs in a fresh fork with the environment, working directory and
 arguments a new ``python -c`` would have had, its output in files of its own, and is killed
 when it runs past the timeout; a crash, a timeout or a nonzero exit fails that script only.
+Every script, forked or not, runs with the kernel tests' faster interpreter paths
+(tests/fast_interpreter.py, put in by tests/interpreter_site/sitecustomize.py when triton
+is imported): the same kernels, without work the interpreter does for nothing.
 
 The server records every environment variable its imports read. A script whose environment
 differs from the server's in one of them (a Genesis switch read at import, say) runs in a new
@@ -31,6 +34,8 @@ import tempfile
 from pathlib import Path
 
 TIMEOUT_S = 300
+# its sitecustomize.py puts the kernel tests' faster interpreter paths in once triton is imported
+INTERPRETER_SITE = Path(__file__).resolve().parents[1] / "interpreter_site"
 MAX_SERVERS = 2
 SWITCH_PREFIXES = ("GENESIS_", "SNDR_")
 # read at import but set per test (a private empty folder each time), never by a script
@@ -152,7 +157,8 @@ os._exit(0)
 
 def _script_env(tree: Path, kernels: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join([str(kernels), str(tree)]))
+    path = [str(INTERPRETER_SITE), str(kernels), str(tree)]
+    env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(path))
     return env
 
 

@@ -82,15 +82,17 @@ def git(work: Path, *args: str, check: bool = True) -> str:
     return proc.stdout
 
 
-def applied_names(work: Path) -> tuple[str, ...] | None:
-    """The applied patches, read from git the way gqueue does (trailers on the first-parent chain)."""
+def applied_names(work: Path, head: str | None = None) -> tuple[str, ...] | None:
+    """The applied patches, read from git the way gqueue does (trailers on the first-parent chain
+    above the one pin tag that HEAD contains); ``head``: HEAD's commit, if already read."""
     if not (work / ".git").is_dir():
         return None
-    tags = git(work, "tag", "--list", "gqueue/pin/*", check=False).split()
-    head = git(work, "rev-parse", "-q", "--verify", "HEAD", check=False).strip()
-    bases = [t for t in tags if subprocess.run(["git", "merge-base", "--is-ancestor", t, head], cwd=work,
-                                                capture_output=True).returncode == 0]
-    if len(bases) != 1 or not head:
+    if head is None:
+        head = git(work, "rev-parse", "-q", "--verify", "HEAD", check=False).strip()
+    if not head:
+        return None
+    bases = git(work, "tag", "--list", "--merged", head, "gqueue/pin/*", check=False).split()
+    if len(bases) != 1:
         return None
     log = subprocess.run(
         ["git", "log", "--first-parent", "--format=%H%x00%B%x1e", f"{bases[0]}..{head}"],
@@ -126,7 +128,7 @@ def snapshot(root: Path) -> State:
         queue={n: d for n, d in queue.items() if not TEMPORARY.search(n)},
         work=_read_tree(work, skip=(".git",)),
         head=head or None,
-        applied=applied_names(work),
+        applied=applied_names(work, head) if head else None,
         journal=(root / ".gqueue" / "journal.json").exists(),
         saved=_read_tree(root / ".gqueue" / "saved"),
         temporaries=tuple(sorted(temporaries)),
@@ -567,6 +569,7 @@ def trial(templates: Templates, scenario: Scenario, dest: Path, *, crash_after: 
         how = f"at-{delay:.3f}s" + ("-after-lock" if after_lock else "") + ("-group" if group else "")
     inside = result.killed and _lock_held_by_dead(root)
     record = Trial(scenario.name, how, result.killed, inside, recovery, 0, "")
+    recovered: State | None = None  # the state after recovery, once read
     try:
         if not result.killed and result.code != 0:
             raise Broken(f"the command failed without being killed: {result.code}: {result.stderr.strip()}")
@@ -611,7 +614,7 @@ def trial(templates: Templates, scenario: Scenario, dest: Path, *, crash_after: 
         record.failure = str(exc)
     except subprocess.TimeoutExpired as exc:
         record.failure = f"timed out: {exc}"
-    record.lost = bytes_lost(scenario, old, new, snapshot(root), root)
+    record.lost = bytes_lost(scenario, old, new, recovered or snapshot(root), root)
     return record
 
 

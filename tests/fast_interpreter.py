@@ -1,4 +1,5 @@
-"""Two costs of Triton's CPU interpreter that the kernel tests do not need to pay.
+"""Three costs of Triton's CPU interpreter that the kernel tests, and the scripts the patch tests
+run under it (tests/interpreter_site/sitecustomize.py), do not need to pay.
 
 1. ``tl.reduce``.
 
