@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -10,6 +11,7 @@ from typing import Sequence
 import pytest
 
 from gqueue.errors import StateError, UsageError
+from gqueue.model.bisect import BAD, GOOD, Search
 from gqueue.ops import bisect as bisect_op
 from gqueue.ops.workspace import Workspace
 from gqueue.store import Store
@@ -58,7 +60,7 @@ def snapshot(q: Queue) -> tuple[str, list[str], dict[str, str]]:
     return head, applied, files
 
 
-def bisect(q: Queue, runner: bisect_op.Runner, **kwargs: str) -> bisect_op.BisectResult:
+def bisect(q: Queue, runner: bisect_op.Runner, **kwargs: str | bool) -> bisect_op.BisectResult:
     ws = Workspace(Store(q.root))
     ws.lock()
     try:
@@ -104,6 +106,63 @@ def test_an_end_is_tested_only_when_the_answer_leans_on_it(tmp_path: Path) -> No
             assert len(calls) <= search_only + 1, calls
         tested = {s.position: s.verdict for s in result.steps}
         assert tested.get(k) == "bad" and tested.get(k - 1) == "good"
+
+
+def _git_bisect_probes(repo: Path, culprit: int) -> list[int]:
+    """The positions ``git bisect run`` tests on ``repo`` (commit i holds n = i) for a culprit."""
+    log = repo.parent / f"probes-{culprit}"
+    log.write_text("")
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=repo, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    subprocess.run(["git", "bisect", "start", "HEAD", first], cwd=repo, capture_output=True, check=True)
+    try:
+        check = f'n=$(cat n); echo "$n" >> "{log}"; [ "$n" -lt {culprit} ]'
+        subprocess.run(["git", "bisect", "run", "sh", "-c", check], cwd=repo, capture_output=True, check=True)
+    finally:
+        subprocess.run(["git", "bisect", "reset"], cwd=repo, capture_output=True, check=True)
+    return [int(line) for line in log.read_text().split()]
+
+
+def _model_probes(n: int, culprit: int) -> list[int]:
+    search, probes = Search(0, n), []
+    while (position := search.next_probe()) is not None:
+        probes.append(position)
+        search = search.record(position, BAD if position >= culprit else GOOD)
+    assert search.culprit == culprit
+    return probes
+
+
+@pytest.mark.parametrize("n", [3, 40])
+def test_the_search_tests_what_git_bisect_run_tests(tmp_path: Path, n: int) -> None:
+    """With both ends trusted, the positions tested, in order, are git bisect run's on a linear
+    history of the same length, for every culprit: never more tests than git's."""
+    repo = tmp_path / "linear"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    for i in range(n + 1):
+        (repo / "n").write_text(f"{i}\n")
+        subprocess.run([*git, "add", "n"], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"c{i}"], cwd=repo, check=True)
+    culprits = range(1, n + 1) if n < 10 else (1, 2, 3, 7, n // 3, n // 2, n // 2 + 1, n - 2, n - 1, n)
+    for culprit in culprits:
+        assert _model_probes(n, culprit) == _git_bisect_probes(repo, culprit), culprit
+
+
+def test_trusted_ends_are_not_tested(tmp_path: Path) -> None:
+    """--trust-ends: a culprit next to an end costs no test of that end (git bisect's count);
+    an end that does not behave as given yields that end's patch, as git bisect would."""
+    n = 9
+    q = build_queue(tmp_path, n)
+    for k in (1, n):
+        calls: list[int] = []
+        result = bisect(q, culprit_runner(k, calls), trust_ends=True)
+        assert result.culprit is not None and result.culprit.position == k
+        assert 0 not in calls and n not in calls, calls
+        assert calls == _model_probes(n, k)
+    calls = []
+    result = bisect(q, culprit_runner(6, calls), bad="4", trust_ends=True)  # passes at the "bad" end
+    assert result.culprit is not None and result.culprit.position == 4 and 4 not in calls
 
 
 def test_good_and_bad_bounds_by_name_id_and_number(tmp_path: Path) -> None:

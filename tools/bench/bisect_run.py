@@ -8,7 +8,8 @@ MARK is a line the culprit patch adds. Timed, per culprit position:
 
 - gqueue bisect run, nothing applied (the unapplied positions are first written as commits
   in memory, then each step is a checkout);
-- gqueue bisect run, the whole series pushed (each step a checkout of a stack commit);
+- gqueue bisect run, the whole series pushed (each step a checkout of a stack commit), and the
+  same with --trust-ends (neither end tested, as git bisect trusts the ends it is given);
 - git bisect run on the pushed stack (plain git, for comparison).
 
     GQUEUE_CACHE=... python tools/bench/bisect_run.py [-n 300]
@@ -101,6 +102,9 @@ def main() -> None:
             seconds, out = timed(lambda: gq(root, "bisect", "run", "--json", "--", *check))
             tests = out.stdout.count('"verdict"')  # type: ignore[attr-defined]
             rows.append(("gqueue bisect run, series pushed", len(names), position, tests, seconds))
+            seconds, out = timed(lambda: gq(root, "bisect", "run", "--trust-ends", "--json", "--", *check))
+            tests = out.stdout.count('"verdict"')  # type: ignore[attr-defined]
+            rows.append(("gqueue bisect run --trust-ends, series pushed", len(names), position, tests, seconds))
             seconds, (tests, _text) = timed(lambda: git_bisect(root / "work", f"gqueue/pin/{tag}", check))  # type: ignore[misc]
             rows.append(("git bisect run, series pushed", len(names), position, tests, seconds))
         del base
@@ -115,7 +119,7 @@ def main() -> None:
             f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, tree of "
             f"{pin.split()[1]}, load average {os.getloadavg()[0]:.1f} at the end (the machine is shared). "
             "'tests' counts the command's runs (git bisect trusts both ends; gqueue tests an end too "
-            "when the culprit it finds is next to it).\n\n" + text + "\n")
+            "when the culprit it finds is next to it, unless --trust-ends).\n\n" + text + "\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -61,14 +61,16 @@ def bisect() -> None:
 @bisect.command(name="run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--good", help="A good position: a number (0 = the pinned release), 'base', a patch name or id.")
 @click.option("--bad", help="A bad position (default: the whole series).")
+@click.option("--trust-ends", is_flag=True,
+              help="Test neither end (as git bisect): take the good one as passing, the bad one as failing.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 @boundary("bisect-run")
-def bisect_run(ws: Workspace, good: str | None, bad: str | None, command: tuple[str, ...]) -> Result:
+def bisect_run(ws: Workspace, good: str | None, bad: str | None, trust_ends: bool, command: tuple[str, ...]) -> Result:
     """Run CMD in work/ at positions of the series; name the first patch after which it fails.
 
     CMD exits 0 for good, 125 to skip, any other code up to 127 for bad (as 'git bisect run').
     """
-    result = bisect_op.run(ws, list(command), good=good, bad=bad)
+    result = bisect_op.run(ws, list(command), good=good, bad=bad, trust_ends=trust_ends)
     return result.to_json(), bisect_report(result), ExitCode.OK if result.culprit else ExitCode.ERROR
 
 

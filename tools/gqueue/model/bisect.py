@@ -47,8 +47,15 @@ class Search:
         left = self.untested
         if not left:
             return None
-        middle = (self.good + self.bad) / 2
-        return min(left, key=lambda p: (abs(p - middle), p))
+        return min(left, key=lambda p: (abs(p - self.target), p))
+
+    @property
+    def target(self) -> int:
+        """git bisect's choice on a linear history of ``bad - good`` candidates: the one
+        ``n // 2`` above good, except that of three it takes the middle one (its count never
+        weighs the lowest candidate), so the probes, and the number of tests, are git's."""
+        n = self.bad - self.good
+        return self.good + (2 if n == 3 else n // 2)
 
     def record(self, position: int, verdict: str) -> "Search":
         if not self.good < position < self.bad:
