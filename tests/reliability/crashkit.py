@@ -8,6 +8,8 @@ Two ways to kill:
 - deterministically: ``GQUEUE_TEST_CRASH_AFTER=N`` makes ``fsutil.fault_point`` SIGKILL the process
   at its N-th effect (a file write through atomic_write, or a git call in vcs/git.py);
 - at a random time: the command is started and SIGKILLed after a random delay.
+The runs of the first kind and the recovery runs are forks of a server that imported gqueue once
+(forked_gqueue.py); those killed at a random time are processes of their own, start-up included.
 
 After the kill, ``check_after_crash`` looks at the files as they were left; then the next command
 (``gqueue repair``, or the same command run again) must bring the stack back, say what it did,
@@ -27,6 +29,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import forked_gqueue
 from synth import BASE_FILES, Queue, make_queue, unified
 
 CRASH_ENV = "GQUEUE_TEST_CRASH_AFTER"
@@ -296,13 +300,22 @@ def gqueue_argv(root: Path, args: tuple[str, ...]) -> list[str]:
     return [sys.executable, "-m", "gqueue", "-C", str(root), *args]
 
 
-def run(root: Path, args: tuple[str, ...], *, crash_after: int | None = None, timeout: float = 120) -> Run:
+FORK = os.environ.get("GQUEUE_CRASH_FORK", "1") != "0"  # 0: every run a process of its own
+
+
+def run(root: Path, args: tuple[str, ...], *, crash_after: int | None = None, timeout: float = 120,
+        fork: bool | None = None) -> Run:
+    """The command run to its end, or to the SIGKILL of its ``crash_after``-th effect: a fork of
+    forked_gqueue's server (``fork``, by default unless GQUEUE_CRASH_FORK=0) or a new process."""
     env = _env()
     if crash_after is not None:
         env[CRASH_ENV] = str(crash_after)
     start = time.monotonic()
-    proc = subprocess.run(gqueue_argv(root, args), capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=root)
+    if FORK if fork is None else fork:
+        proc = forked_gqueue.run(["-C", str(root), *args], env=env, cwd=root, timeout=timeout)
+    else:
+        proc = subprocess.run(gqueue_argv(root, args), capture_output=True, text=True, env=env, timeout=timeout,
+                              cwd=root)
     return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
 
 
