@@ -11,8 +11,8 @@ and exits with its code, or dies by the SIGKILL that the counted effect sends. g
 environment when it runs, not when it is imported (test_forked_gqueue.py compares forks with
 processes of their own).
 
-One server a thread (the harness runs trials on two threads), started on first use; the
-servers exit when the test process closes their stdin.
+One server a thread (the harness runs trials on two threads, a new pool for each test), started
+on first use and closed once its thread has ended, or when the test process exits.
 """
 
 from __future__ import annotations
@@ -146,8 +146,7 @@ class _Server:
         self.dir.cleanup()
 
 
-_local = threading.local()
-_servers: list[_Server] = []
+_servers: dict[threading.Thread, _Server] = {}  # the thread each one serves
 _servers_lock = threading.Lock()
 
 
@@ -155,15 +154,23 @@ _servers_lock = threading.Lock()
 def _close_servers() -> None:
     with _servers_lock:
         while _servers:
-            _servers.pop().close()
+            _servers.popitem()[1].close()
+
+
+def _server() -> _Server:
+    """This thread's server; those of threads that have ended (each trial pool has its own) go."""
+    me = threading.current_thread()
+    with _servers_lock:
+        for thread in [t for t in _servers if not t.is_alive()]:
+            _servers.pop(thread).close()
+        server = _servers.get(me)
+    if server is None or server.proc.poll() is not None:
+        server = _Server()
+        with _servers_lock:
+            _servers[me] = server
+    return server
 
 
 def run(args: list[str], *, env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """``python -m gqueue ARGS`` with ``env`` in ``cwd``, as a fork of this thread's server."""
-    server = getattr(_local, "server", None)
-    if server is None or server.proc.poll() is not None:
-        server = _Server()
-        _local.server = server
-        with _servers_lock:
-            _servers.append(server)
-    return server.run(args, env, cwd, timeout)
+    return _server().run(args, env, cwd, timeout)
