@@ -3,6 +3,7 @@
 # and on this tree's, in turns on one card; the upstream 0.24.0 copy in bench-out/upstream.
 # REP (ms per timing), LIMIT (s per run). Compare with tools/bench/kernels_compare.py $OUT.
 export PYTHONUNBUFFERED=1
+OUT=$(realpath -m "${OUT:-bench-out/kernels-ab}"); mkdir -p "$OUT"   # where the logs and JSON files go
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 UP=$PWD/bench-out/upstream
