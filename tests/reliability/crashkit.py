@@ -132,7 +132,7 @@ def snapshot(root: Path) -> State:
         queue={n: d for n, d in queue.items() if not TEMPORARY.search(n)},
         work=_read_tree(work, skip=(".git",)),
         head=head or None,
-        applied=applied_names(work, head) if head else None,
+        applied=applied_names(work, head),
         journal=(root / ".gqueue" / "journal.json").exists(),
         saved=_read_tree(root / ".gqueue" / "saved"),
         temporaries=tuple(sorted(temporaries)),
