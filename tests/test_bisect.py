@@ -87,6 +87,37 @@ def test_planted_culprit_found_at_every_position(tmp_path: Path, n: int, pushed:
     assert not (q.root / ".gqueue" / "bisect.json").exists()
 
 
+def test_edits_the_command_makes_to_tracked_files(tmp_path: Path) -> None:
+    """A step rewrites the files its position differs in from the last one (git bisect's
+    checkout), so an edit the command made there is gone; an edit to a file every position
+    shares may stay for the next steps, and the put-back at the end undoes it too."""
+    n, k = 9, 6
+    q = build_queue(tmp_path, n)
+    before = snapshot(q)
+    util = BASE_FILES["vllm/util.py"]
+    seen: list[tuple[int, bool, bool]] = []
+
+    def run(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> int:
+        position = int(env["GQUEUE_BISECT_POSITION"])
+        expected = util
+        for i in range(1, position + 1):
+            expected = expected.replace(f"return x + {i}\n", f"return x + {i * 100}\n", 1)
+        seen.append((position, (cwd / "vllm/util.py").read_text() == expected,
+                     (cwd / "vllm/config.py").read_text().endswith("# edited by the test\n")))
+        with (cwd / "vllm/util.py").open("a") as handle:  # every position has its own util.py
+            handle.write("# edited by the test\n")
+        with (cwd / "vllm/config.py").open("a") as handle:  # one config.py for every position
+            handle.write("# edited by the test\n")
+        return 1 if (cwd / f"vllm/mark_{k}.py").exists() else 0
+
+    result = bisect(q, run)
+    assert result.culprit is not None and result.culprit.position == k
+    assert len(seen) >= 3
+    assert all(fresh for _, fresh, _ in seen), seen  # util.py as its position has it, at every step
+    assert not seen[0][2] and seen[1][2]  # config.py: the first step's edit was still there at the second
+    assert snapshot(q) == before  # all put back, the shared file's edit too
+
+
 def test_an_end_is_tested_only_when_the_answer_leans_on_it(tmp_path: Path) -> None:
     """The search starts as git bisect does, trusting both ends; an end is tested when the
     search ends next to it (the culprit is the first patch, or the last), so a culprit inside

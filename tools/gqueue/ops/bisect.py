@@ -25,7 +25,7 @@ from ..fsutil import atomic_write
 from ..model import names as naming
 from ..model.bisect import GOOD, SKIP, Search, verdict_of
 from ..model.patch import PatchFile
-from ..model.series import Series
+from ..model.series import Series, SeriesEntry
 from ..vcs.git import CommitSpec
 from .engine import TreeView, apply_patch
 from .stackops import (DEFAULT_AUTHOR, check_stack_matches, commit_author, commit_message, not_carried_message,
@@ -125,8 +125,9 @@ def describe_stack(applied: Sequence[str]) -> str:
 # --- positions -------------------------------------------------------------------------------
 
 
-def parse_position(spec: str, series: Series, patches: dict[str, PatchFile]) -> int:
-    """A position from a number (0..N), 'base', a patch name or a patch id (that patch applied)."""
+def parse_position(spec: str, series: Series, read: Callable[[SeriesEntry], PatchFile]) -> int:
+    """A position from a number (0..N), 'base', a patch name or a patch id (that patch applied);
+    ``read`` gives an entry's patch, asked for only when ``spec`` is neither a number nor 'base'."""
     if spec == "base":
         return 0
     if spec.isdigit():
@@ -134,7 +135,7 @@ def parse_position(spec: str, series: Series, patches: dict[str, PatchFile]) -> 
         if number > len(series.entries):
             raise UsageError(f"position {number} is past the end of the series ({len(series.entries)} patches)")
         return number
-    ids = {name: patch.meta.id for name, patch in patches.items()}
+    ids = {entry.name: read(entry).meta.id for entry in series.entries}
     try:
         return series.index(naming.resolve(spec, series.names, ids)) + 1
     except naming.UnknownName as exc:
@@ -236,7 +237,9 @@ class _Prober:
 
     def __call__(self, position: int) -> str:
         target = self.commits[position]
-        move(self.ws, self.current, target, op="bisect", force=True)
+        # only the files that differ between the two positions are rewritten (as git bisect's
+        # checkout); the put-back at the end resets the whole tree
+        move(self.ws, self.current, target, op="bisect", force=True, keep_shared=True)
         self.current = target
         top = self.names[position - 1] if position else None
         self.ws.reporter.progress(f"testing position {position} ({top or 'the pinned release'})")
@@ -290,9 +293,15 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
     check_stack_matches(stack, series)
     require_refreshed(ws)
     require_clean(ws, "bisect")
-    patches = {e.name: ws.store.read_patch(e.name, line=e.line) for e in series.entries}
-    lo = parse_position(good, series, patches) if good is not None else 0
-    hi = parse_position(bad, series, patches) if bad is not None else len(series.entries)
+    patches: dict[str, PatchFile] = {}
+
+    def read(entry: SeriesEntry) -> PatchFile:  # a patch's header is read when it is asked for
+        if entry.name not in patches:
+            patches[entry.name] = ws.store.read_patch(entry.name, line=entry.line)
+        return patches[entry.name]
+
+    lo = parse_position(good, series, read) if good is not None else 0
+    hi = parse_position(bad, series, read) if bad is not None else len(series.entries)
     if lo >= hi:
         raise UsageError(f"the good position ({lo}) must come before the bad one ({hi})")
     commits, stopped = position_commits(ws, series, hi)
@@ -316,7 +325,7 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
     finally:
         result.steps = probe.steps
         restore(ws, say=False)
-    result.candidates = [Culprit.of(p, patches[names[p - 1]]) for p in search.candidates]
+    result.candidates = [Culprit.of(p, read(series.entries[p - 1])) for p in search.candidates]
     result.culprit = result.candidates[0] if len(result.candidates) == 1 else None
     return result
 

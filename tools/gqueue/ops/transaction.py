@@ -20,16 +20,21 @@ from .workspace import Workspace
 
 
 def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False, clean: bool = False,
-         changes: dict[str, tuple[str, bytes] | None] | None = None, old_modes: dict[str, str] | None = None) -> None:
+         changes: dict[str, tuple[str, bytes] | None] | None = None, old_modes: dict[str, str] | None = None,
+         keep_shared: bool = False) -> None:
     """Move HEAD, index and files from ``old`` to ``new``; journaled.
 
+    ``force``: local edits go (the whole tree is reset to ``new``; with ``keep_shared``, only the
+    files ``old`` and ``new`` differ in are overwritten, as a bisect step's checkout).
     ``clean``: the caller found the work tree clean in this command (under the lock), so the
     files may be written directly (``changes``/``old_modes``: what it already knows of them).
     """
     if old == new:
         return
     with ws.journaled(StackMove(op, old, new, force=force)):
-        if force:
+        if force and keep_shared:
+            ws.repo.switch_tree_forced(old, new)
+        elif force:
             ws.repo.checkout_fresh(new)
         elif clean:
             ws.repo.move_clean(old, new, changes, old_modes)

@@ -454,6 +454,12 @@ class WorkRepo:
         values = out.split(b"\0")[2::3]
         return all(v == b"unspecified" for v in values)
 
+    def switch_tree_forced(self, old: str, new: str) -> None:
+        """Move index and files from commit ``old`` to ``new``, overwriting local edits in the
+        files the two commits differ in; files they share are not looked at (git checkout's
+        two-tree move, a third of a full reset's time on a big tree)."""
+        self.run("read-tree", "--reset", "-u", old, new)
+
     def checkout_fresh(self, commit: str, *, show_progress: bool = False) -> None:
         """Index and files of ``commit``; ``show_progress``: git counts the files on the terminal."""
         if not show_progress:
