@@ -436,6 +436,52 @@ def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the
     assert {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")} == files
 
 
+def _before_variant(tmp_path: Path) -> tuple[Queue, Path, str]:
+    """A two-pin queue whose A1 is one file with the 0.1.0 diff, and a draft of A1 for 0.2.0."""
+    q = two_pin_queue(tmp_path, checkout=False)
+    (q.root / "queue/variants/0.1.0/A1-a.patch").unlink()
+    util_old, util_new = OLD["vllm/util.py"], NEW["vllm/util.py"]
+    old_body = unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 70\n"))
+    (q.root / "queue/A1-a.patch").write_text("---\nid: A1\ntitle: A1-a.patch\napplies_to: {vllm: '>=0.1.0,<0.2'}\n...\n"
+                                             + old_body)
+    draft = tmp_path / "A1-draft.patch"
+    draft.write_text("---\nid: A1\ntitle: A1 on 0.2.0\n...\n"
+                     + unified("vllm/util.py", util_new, _edit(util_new, "return x + 7 * 1\n", "return x + 70\n")))
+    return q, draft, old_body
+
+
+def _patch_files(q: Queue) -> dict[str, bytes]:
+    return {p.relative_to(q.root).as_posix(): p.read_bytes() for p in sorted((q.root / "queue").rglob("*.patch"))}
+
+
+def test_variant_killed_at_any_write_loses_no_diff_and_finishes_when_run_again(tmp_path: Path) -> None:
+    """`variant` writes the kept copy before it replaces queue/NAME: killed between the two, the
+    old diff is in one file or both, never lost, and the same command run again finishes."""
+    ref, ref_draft, _ = _before_variant(tmp_path / "ref")
+    ref.run("variant", "A1-a.patch", str(ref_draft))
+    final = _patch_files(ref)
+    q, draft, old_body = _before_variant(tmp_path / "q")
+    start = _patch_files(q)
+    kills = between = 0
+    for crash_after in range(1, 60):
+        for rel in set(_patch_files(q)) - set(start):
+            (q.root / rel).unlink()
+        for rel, data in start.items():
+            (q.root / rel).write_bytes(data)
+        proc = q.run("variant", "A1-a.patch", str(draft), check=False, env={"GQUEUE_TEST_CRASH_AFTER": str(crash_after)})
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -9, proc.stderr
+        kills += 1
+        texts = [data.decode() for rel, data in _patch_files(q).items() if rel.endswith("A1-a.patch")]
+        assert any(t.split("...\n", 1)[1] == old_body for t in texts), crash_after  # the old diff survives
+        if _patch_files(q) != final:  # killed before its last rename: the same command again finishes it
+            between += (q.root / "queue/variants/0.1.0/A1-a.patch").exists()
+            q.run("variant", "A1-a.patch", str(draft))
+        assert _patch_files(q) == final, crash_after
+    assert kills >= 2 and between >= 1 and _patch_files(q) == final  # a kill between the two renames was met
+
+
 def test_rebase_keep_old_skip_keeps_the_patch_for_the_old_pin(tmp_path: Path) -> None:
     q = rebase_queue(tmp_path)
     assert q.run("rebase", "--pin", "next", "--keep-old", "rollback", check=False).returncode == 3

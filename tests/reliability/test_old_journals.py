@@ -104,7 +104,31 @@ def test_an_old_stack_journal_is_finished(tmp_path: Path) -> None:
     assert not (q.root / ".gqueue" / "journal.json").exists()
 
 
-@pytest.mark.parametrize("name", ["journal.json", "queue-edit.json", "move.json"])
+def test_an_old_undo_journal_is_finished(tmp_path: Path) -> None:
+    """undo of a push killed after it wrote its journal, before it moved the stack."""
+    q = _queue(tmp_path, "push")
+    base = ck.git(q.work, "rev-parse", "gqueue/pin/vllm-0.1.0^{commit}").strip()
+    _old_journal(q, "undo-journal.json", {"action": "undo", "op": "push", "files": {}, "head": base, "top": None,
+                                          "mixed": False, "pos": 0, "force": False})
+    said = _repair(q)
+    assert "finished an interrupted undo of push" in said
+    assert ck.applied_names(q.work) == ()
+    assert ck.git(q.work, "status", "--porcelain") == ""
+    assert not (q.root / ".gqueue" / "undo-journal.json").exists()
+    redone = json.loads(q.run("redo", "--json").stdout)["result"]  # the log is at the undone step
+    assert [s["op"] for s in redone["steps"]] == ["push"] and ck.applied_names(q.work) == (A1,)
+
+
+def test_an_undo_journal_cut_short_is_dropped(tmp_path: Path) -> None:
+    q = _queue(tmp_path, "push")
+    (q.root / ".gqueue" / "undo-journal.json").write_bytes(b'{"action": "undo", "op": "pu')
+    said = _repair(q)
+    assert "dropped an unreadable undo journal (not JSON)" in said
+    assert not (q.root / ".gqueue" / "undo-journal.json").exists()
+    assert ck.applied_names(q.work) == (A1,)
+
+
+@pytest.mark.parametrize("name", ["journal.json", "queue-edit.json", "move.json", "undo-journal.json"])
 def test_a_journal_of_a_later_format_is_refused_and_kept(name: str, tmp_path: Path) -> None:
     """A later gqueue's journal is for that gqueue to finish: this one must not drop it (nor act
     on keys it may no longer mean the same way)."""

@@ -17,9 +17,10 @@ pushed. Timed, each from a fresh copy, in one run:
   tree already fetched);
 - gqueue rebase --pin PIN (the whole move: commits, refreshed patches, work tree, pin).
 
-PIN is ``next`` when vendor-pin.txt names one, else ``vllm==0.25.0``.
+The series is on vllm 0.24.0 (``--base``: another pin of vendor-pin.txt) and PIN is
+vllm==0.25.0, the next release (the queue's own pins are far apart: 0.24.0 and 0.34.0).
 
-    GQUEUE_CACHE=... python tools/bench/drift.py [-n 300] [--repeat 3] [--kind synthetic|real] [--keep DIR]
+    GQUEUE_CACHE=... python tools/bench/drift.py [-n 300] [--repeat 3] [--kind synthetic|real] [--base vllm==0.24.0] [--keep DIR]
 
 It prints a table and writes it to docs/bench/drift.md.
 """
@@ -46,8 +47,10 @@ from realseries import generate as generate_real  # noqa: E402
 from realseries import shape  # noqa: E402
 from synthseries import generate  # noqa: E402
 
-PIN = "next" if any(line.startswith("next ") for line in (REPO / "vendor-pin.txt").read_text().splitlines()) \
-    else "vllm==0.25.0"
+from gqueue.model.pin import parse_pins  # noqa: E402
+
+BASE = "vllm==0.24.0"  # the series' pin (--base: any pin vendor-pin.txt names)
+PIN = "vllm==0.25.0"  # the release it is checked and rebased onto
 
 
 def sh(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, check: bool = True) -> str:
@@ -73,17 +76,26 @@ def timed(setup: Callable[[], object], action: Callable[[object], object], repea
     return times
 
 
-def prepare(root: Path, n: int, seed: int, kind: str = "synthetic") -> tuple[Path, list[str], str, str, str, Path]:
+def pin_line(spec: str) -> str:
+    """vendor-pin.txt's line for the pin ``spec`` (any label), as the main pin of a scratch queue."""
+    found = parse_pins((REPO / "vendor-pin.txt").read_text()).find(spec)
+    if found is None:
+        raise SystemExit(f"vendor-pin.txt has no pin {spec}")
+    return f"pin {found.source} {' '.join(f'{k}={v}' for k, v in found.options.items())}\n"
+
+
+def prepare(root: Path, n: int, seed: int, kind: str = "synthetic",
+            base: str = BASE) -> tuple[Path, list[str], str, str, str, Path]:
     q = root / "q"
     (q / "queue").mkdir(parents=True)
-    shutil.copy2(REPO / "vendor-pin.txt", q / "vendor-pin.txt")
+    (q / "vendor-pin.txt").write_text(pin_line(base))
     (q / "series").write_text("# empty\n")
     gqueue(q, "checkout")
     gqueue(q, "check", "--pin", PIN)  # imports the new pin's tree into work/.git
     work = q / "work"
     tags = sh("git", "tag", "-l", "gqueue/pin/*", cwd=work).split()
-    old_tag = next(t for t in tags if t.endswith("0.24.0"))
-    new_tag = next(t for t in tags if t.endswith("0.25.0"))
+    old_tag = next(t for t in tags if t.endswith(base.split("==")[1]))
+    new_tag = next(t for t in tags if t.endswith(PIN.split("==")[1]))
     new_tree = root / "new-tree"
     new_tree.mkdir()
     archive = subprocess.run(["git", "archive", new_tag], cwd=work, capture_output=True, check=True).stdout
@@ -114,12 +126,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path)
     parser.add_argument("--kind", choices=("synthetic", "real"), default="synthetic")
+    parser.add_argument("--base", default=BASE, help="the pin of vendor-pin.txt the series is on")
     parser.add_argument("--out", type=Path, help="default: docs/bench/drift.md (drift-real.md for --kind real)")
     args = parser.parse_args()
     args.out = args.out or REPO / "docs" / "bench" / ("drift.md" if args.kind == "synthetic" else "drift-real.md")
     root = args.keep or Path(tempfile.mkdtemp(prefix="gqueue-bench-drift-"))
     root.mkdir(parents=True, exist_ok=True)
-    q, names, old_tag, new_tag, head, new_tree, changed = prepare(root / "setup", args.n, args.seed, args.kind)  # type: ignore[misc]
+    q, names, old_tag, new_tag, head, new_tree, changed = prepare(root / "setup", args.n, args.seed, args.kind, args.base)  # type: ignore[misc]
     work = q / "work"
     rows: list[tuple[str, list[float]]] = []
     counter = iter(range(10**6))
@@ -180,7 +193,7 @@ def main() -> None:
 
     git_loop = statistics.median(rows[0][1])
     lines = [
-        f"### gqueue check / rebase vs git, quilt: {len(names)} {args.kind} patches, vllm 0.24.0 -> 0.25.0",
+        f"### gqueue check / rebase vs git, quilt: {len(names)} {args.kind} patches, vllm {args.base.split('==')[1]} -> {PIN.split('==')[1]}",
         "",
         (f"Synthetic series: tools/bench/synthseries.py (n={args.n}, seed={args.seed}, edits where 0.25.0 left the "
          f"surrounding lines alone)" if args.kind == "synthetic" else

@@ -1,6 +1,6 @@
 """The journals of gqueue's transactions: what a command is about to do, written before it starts.
 
-Three records, one file each under ``.gqueue/``:
+Four records, one file each under ``.gqueue/``:
 
 - ``StackMove`` (``journal.json``): one move of HEAD, index and files (push, pop, goto,
   checkout, refresh, bisect, rebase --abort, undo);
@@ -8,7 +8,9 @@ Three records, one file each under ``.gqueue/``:
   ``queue/NAME``) whose commit point is the write of the series (new, delete, rename, fold,
   import);
 - ``Reorder`` (``move.json``): a move of a patch in the series across applied ones: pop,
-  series, push.
+  series, push;
+- ``UndoJob`` (``undo-journal.json``): an undo or redo of one step of the undo log: the queue
+  files written back, the stack moved.
 
 A command writes the record before the step and removes it once the step is done
 (``Workspace.journaled``); one killed in between leaves it, and the next command
@@ -179,8 +181,44 @@ class Reorder:
         return cls(name, before, after, stack_before, stack_after)
 
 
-Record = Union[StackMove, QueueEdit, Reorder]
-R = TypeVar("R", StackMove, QueueEdit, Reorder)
+@dataclass(frozen=True)
+class UndoJob:
+    """``undo``/``redo``: one step of the undo log carried out: the queue files written to the
+    recorded contents, the stack moved to the recorded head. Recovery does it again."""
+
+    FILE: ClassVar[str] = "undo-journal.json"
+
+    action: str  # "undo" or "redo"
+    op: str  # the command whose step is undone or redone
+    files: dict[str, str | None]  # queue file -> the undo store's digest of its target contents (None: absent)
+    head: str | None  # the stack's target HEAD (None: no work tree then)
+    top: str | None  # the top patch there, to re-apply by name when the commit is gone
+    mixed: bool  # a command that left its changes unrefreshed in work/ (only HEAD and index move)
+    pos: int  # the undo log's position after the step
+    force: bool = False  # the work tree's changes are discarded (saved first)
+
+    def to_bytes(self) -> bytes:
+        return _dump({"action": self.action, "op": self.op, "files": dict(self.files), "head": self.head,
+                      "top": self.top, "mixed": self.mixed, "pos": self.pos, "force": self.force})
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> UndoJob | Unreadable:
+        action, op, files, pos = doc.get("action"), doc.get("op"), doc.get("files"), doc.get("pos")
+        head, top = doc.get("head"), doc.get("top")
+        if action not in ("undo", "redo") or not isinstance(op, str):
+            return Unreadable("no action (undo or redo) and operation")
+        if not isinstance(files, dict) or not all(
+                isinstance(k, str) and isinstance(v, (str, type(None))) for k, v in files.items()):
+            return Unreadable("the files are not a map of names to digests")
+        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
+            return Unreadable("no position in the undo log")
+        if not isinstance(head, (str, type(None))) or not isinstance(top, (str, type(None))):
+            return Unreadable("the head and top are not commit and patch names")
+        return cls(action, op, dict(files), head, top, bool(doc.get("mixed")), pos, bool(doc.get("force")))
+
+
+Record = Union[StackMove, QueueEdit, Reorder, UndoJob]
+R = TypeVar("R", StackMove, QueueEdit, Reorder, UndoJob)
 
 
 def parse_record(kind: type[R], data: bytes) -> R | Unreadable:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import StateError
-from ..model.journal import QueueEdit, Record, Reorder, StackMove, Unreadable
+from ..model.journal import QueueEdit, Record, Reorder, StackMove, UndoJob, Unreadable
 from ..vcs.git import BRANCH, GitError
 from .stackops import pop, push, push_empty
 from .transaction import save_local_changes, trash
@@ -294,11 +294,17 @@ def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
 
 def _recover_undo(ws: Workspace) -> list[str]:
     """An undo or redo killed part-way: written again to its target (after the stack's own journal)."""
-    if not (ws.state_dir / "undo-journal.json").exists():
+    job = ws.read_record(UndoJob)
+    if job is None:
         return []
-    from .undo import recover as recover_undo
+    if isinstance(job, Unreadable):
+        _refuse_newer(ws, UndoJob, job)
+        ws.clear_record(UndoJob)
+        actions = [f"dropped an unreadable undo journal ({job.reason})"]
+    else:
+        from .undo import finish  # the undo log's module, loaded only when an undo was cut short
 
-    actions = recover_undo(ws)
+        actions = finish(ws, job)
     for action in actions:
         ws.reporter.note(action)
     return actions

@@ -29,12 +29,12 @@ from typing import Any
 
 from ..errors import StateError, UsageError
 from ..fsutil import atomic_write, atomic_write_many
+from ..model.journal import UndoJob
 from ..vcs.git import BRANCH
 from .transaction import move, save_local_changes, trash
 from .workspace import Workspace, trailer_value
 
 UNDO_DIR = "undo"
-JOURNAL = "undo-journal.json"
 DEPTH = 50  # operations kept; older ones (and the texts only they refer to) are dropped
 NEEDS_REFRESH = ".gqueue/needs-refresh"
 # a refresh moves only HEAD and the index: its changes were in work/ before it, and are again after an undo
@@ -357,13 +357,11 @@ def _step(ws: Workspace, store: _Store, entry: dict[str, Any], action: str, forc
         notes.append(f"{rel} as it was is saved in {saved}")
     if dirty:
         save_local_changes(ws, action)
-    job = {"action": action, "op": op, "files": target["files"], "head": target["head"], "top": target["top"],
-           "mixed": mixed, "pos": pos, "force": bool(dirty)}
-    atomic_write(ws.state_dir / JOURNAL, json.dumps(job, sort_keys=True).encode())
-    note = _carry_out(ws, store, job)
+    job = UndoJob(action, op, dict(target["files"]), target["head"], target["top"], mixed, pos, bool(dirty))
+    with ws.journaled(job):  # a kill inside leaves it: the next command carries it out again (recover)
+        note = _carry_out(ws, store, job)
     if note:
         notes.append(note)
-    (ws.state_dir / JOURNAL).unlink(missing_ok=True)
     if mixed and action == "undo" and target["head"] != expect["head"]:
         notes.append("its changes are in work/ again as unrefreshed edits")
     return Step(op, expect["top"], target["top"], sorted(target["files"]), "; ".join(notes))
@@ -378,9 +376,9 @@ def _save_copy(ws: Workspace, rel: str, action: str) -> str:
     return ws.store.rel(target)
 
 
-def _carry_out(ws: Workspace, store: _Store, job: dict[str, Any], recovering: bool = False) -> str:
+def _carry_out(ws: Workspace, store: _Store, job: UndoJob, recovering: bool = False) -> str:
     """Write the target files and move the stack to the target head; safe to run again."""
-    for rel, sha in sorted(job["files"].items()):
+    for rel, sha in sorted(job.files.items()):
         path = ws.store.root / rel
         if sha is None:
             if not path.exists():
@@ -394,19 +392,19 @@ def _carry_out(ws: Workspace, store: _Store, job: dict[str, Any], recovering: bo
             if not path.is_file() or path.read_bytes() != data:
                 atomic_write(path, data)
     note = _move_stack(ws, job, recovering)
-    if job["files"].get(NEEDS_REFRESH, "") is None and ws.repo.exists():
+    if job.files.get(NEEDS_REFRESH, "") is None and ws.repo.exists():
         from .stackops import _remove_rejects  # an undone forced push: its .rej files go with it, as with pop
 
         _remove_rejects(ws)
     log = store.read_log()
-    log.pos = min(job["pos"], len(log.entries))
+    log.pos = min(job.pos, len(log.entries))
     store.tracked()
     store.save_with_log(log)
     return note
 
 
-def _move_stack(ws: Workspace, job: dict[str, Any], recovering: bool) -> str:
-    target = job["head"]
+def _move_stack(ws: Workspace, job: UndoJob, recovering: bool) -> str:
+    target = job.head
     if target is None or not ws.repo.exists():
         return ""
     head = ws.repo.head()
@@ -414,40 +412,33 @@ def _move_stack(ws: Workspace, job: dict[str, Any], recovering: bool) -> str:
         return ""
     base = ws.base_commit()
     if ws.repo.rev(target) == target and ws.repo.is_ancestor(base, target):
-        if job["mixed"]:
+        if job.mixed:
             ws.repo.update_ref(BRANCH, target, head)
             ws.repo.reset_index(target)
         else:
             # clean: the undo found the tree clean under the lock (in recovery git's own check decides)
-            move(ws, head or base, target, op=job["action"], force=job["force"], clean=not job["force"] and not recovering)
-            if job["force"]:
+            move(ws, head or base, target, op=job.action, force=job.force, clean=not job.force and not recovering)
+            if job.force:
                 ws.repo.remove_untracked()
         return ""
     # the recorded commit is gone (a new checkout) or on another pin: re-apply by name
     from .stackops import pop, push
 
     if ws.stack().applied:
-        pop(ws, count=None, force=job["force"])
-    if job["top"] is None:
+        pop(ws, count=None, force=job.force)
+    if job.top is None:
         return "the recorded commits were gone: popped every patch"
-    result = push(ws, target=job["top"], count=None)
+    result = push(ws, target=job.top, count=None)
     if result.failed is not None:
         return f"the recorded commits were gone: re-applied up to {result.failed.name}, which does not apply"
-    return f"the recorded commits were gone: re-applied the series up to {job['top']}"
+    return f"the recorded commits were gone: re-applied the series up to {job.top}"
 
 
-def recover(ws: Workspace) -> list[str]:
-    """Finish an undo or redo that a killed process left half-done (after the stack's own journal)."""
-    path = ws.state_dir / JOURNAL
-    try:
-        job = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return []
-    except ValueError:
-        path.unlink(missing_ok=True)
-        return ["dropped an unreadable undo journal"]
-    if job.get("force") and ws.repo.exists() and ws.repo.dirty_paths():
+def finish(ws: Workspace, job: UndoJob) -> list[str]:
+    """Finish an undo or redo that a killed process left half-done (after the stack's own
+    journal): its target written again."""
+    if job.force and ws.repo.exists() and ws.repo.dirty_paths():
         save_local_changes(ws, "recover")
     _carry_out(ws, _Store(ws), job, recovering=True)
-    path.unlink(missing_ok=True)
-    return [f"finished an interrupted {job.get('action', 'undo')} of {job.get('op', 'an operation')}"]
+    ws.clear_record(UndoJob)
+    return [f"finished an interrupted {job.action} of {job.op}"]

@@ -72,16 +72,21 @@ def adopt(ws: Workspace, name: str, source: Path) -> VariantResult:
         writes = [new if wider is None else with_fields(new, {"applies_to": with_vllm_range(new.meta.get("applies_to"), wider)})]
     else:
         rel = variant_file(older, name)
-        if store.patch_path(rel).exists():
-            raise UsageError(f"queue/{rel} exists already", path=f"queue/{rel}", hint="merge the two by hand")
         kept = with_fields(old, {"applies_to": with_vllm_range(old.meta.get("applies_to"),
                                                                 bounded_below(old.meta.vllm_spec, main.version))})
+        kept = replace(kept, file=rel)
+        existing = store.patch_path(rel)
+        # the same command killed after it wrote the kept copy left exactly this file: go on
+        if existing.exists() and existing.read_bytes() != format_patch(kept):
+            raise UsageError(f"queue/{rel} exists already", path=f"queue/{rel}", hint="merge the two by hand")
         fresh = with_fields(new, {"applies_to": with_vllm_range(new.meta.get("applies_to"), from_release(main.version))})
-        kind, writes = "variant", [fresh, replace(kept, file=rel)]
+        kind, writes = "variant", [fresh, kept]
     _require_lints(ws, writes)
     for patch in writes:
         store.patch_path(patch.stored_as).parent.mkdir(parents=True, exist_ok=True)
-    store.write_patches(writes)
+    # the new file first: a kill before the last rename leaves the old diff in queue/NAME or in
+    # its kept copy (or both), never in neither; the same command run again finishes the change
+    store.write_patches(sorted(writes, key=lambda p: store.patch_path(p.stored_as).exists()))
     return VariantResult(name, kind, tuple(p.stored_as for p in writes))
 
 
