@@ -26,12 +26,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import select
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from forkserver import SERVER_HEAD, SERVER_LOOP, ChildTimeout, ForkServer
 
 TIMEOUT_S = 300
 # its sitecustomize.py puts the kernel tests' faster interpreter paths in once triton is imported
@@ -44,10 +44,7 @@ EXEMPT = frozenset({"HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PWD", "OLDPWD"
 TQ_IMPORTS = ("torch", "vllm.config", "vllm.model_executor.layers.quantization.turboquant.config",
               "vllm.v1.attention.backends.turboquant_attn")
 
-SERVER = r"""
-import json, os, sys, traceback
-reply = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)  # what the imports print goes to the server's log, not into the replies
+SERVER = SERVER_HEAD + r"""
 env_type = type(os.environ)
 read, listed = {}, set()  # reader (innermost source file) -> names read; readers that listed all
 def _reader():
@@ -89,70 +86,23 @@ reply.write(json.dumps({"error": error, "read": named, "listed": sorted(listed),
                         "env": before}) + "\n")
 reply.flush()
 
-def run_script(req):
-    import atexit, random, types
-    reply.close()
-    fd_in = os.open(os.devnull, os.O_RDONLY)
-    fd_out = os.open(req["stdout"], os.O_WRONLY | os.O_TRUNC)
-    fd_err = os.open(req["stderr"], os.O_WRONLY | os.O_TRUNC)
-    os.dup2(fd_in, 0); os.dup2(fd_out, 1); os.dup2(fd_err, 2)
-    sys.stdin = open(0, closefd=False)
-    os.environ.clear()
-    os.environ.update(req["env"])
+def child(req):
+    import random, types
+    enter(req)
     for key, value in made.items():
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    os.chdir(req["cwd"])
     random.seed()  # a new interpreter's state, not the server's
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     sys.argv = ["-c", *req["args"]]
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
-    code = 0
-    try:
-        exec(compile(req["script"], "<string>", "exec"), main.__dict__)
-    except SystemExit as stop:
-        if stop.code is None:
-            code = 0
-        elif isinstance(stop.code, int):
-            code = stop.code
-        else:
-            print(stop.code, file=sys.stderr)
-            code = 1
-    except BaseException as failed:  # reported as python -c reports it, without this frame
-        traceback.print_exception(type(failed), failed, failed.__traceback__.tb_next)
-        code = 1
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
-
-for line in sys.stdin:
-    req = json.loads(line)
-    sys.stdout.flush(); sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            run_script(req)
-        finally:
-            os._exit(70)
-    reply.write(json.dumps({"pid": pid}) + "\n"); reply.flush()
-    _, status = os.waitpid(pid, 0)
-    reply.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n"); reply.flush()
-# stdin closed: the test process is done with this server. Leave at once: an interpreter that
-# has imported torch and vLLM can take longer than close() waits to shut down (threads of
-# theirs), and the server holds nothing that needs a clean shutdown.
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-"""
+    # an uncaught exception as python -c reports it: without the frames of leave() and this call
+    leave(lambda: exec(compile(req["script"], "<string>", "exec"), main.__dict__), skip=2)
+""" + SERVER_LOOP + "serve(child)\n"
 
 
 def _script_env(tree: Path, kernels: Path) -> dict[str, str]:
@@ -162,24 +112,18 @@ def _script_env(tree: Path, kernels: Path) -> dict[str, str]:
     return env
 
 
-class _Server:
+class _Server(ForkServer):
     """One forking server: the imports done once, a fork per script."""
 
     def __init__(self, tree: Path, kernels: Path, preload: tuple[str, ...]) -> None:
-        self.dir = tempfile.TemporaryDirectory(prefix="gq-interp-")
-        home = Path(self.dir.name) / "home"
-        home.mkdir()
+        home_dir = tempfile.TemporaryDirectory(prefix="gq-interp-home-")
+        home = Path(home_dir.name)
         env = {k: v for k, v in _script_env(tree, kernels).items() if not k.startswith(SWITCH_PREFIXES)}
         env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
-        self.log = Path(self.dir.name) / "server.log"
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", SERVER, json.dumps(preload)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, text=True,
-            )
-        self.count = 0
+        super().__init__(SERVER, (json.dumps(preload),), env=env, prefix="gq-interp-", what="the script server")
+        self.home = home_dir
         try:
-            hello = self._reply(TIMEOUT_S)
+            hello = self.reply(TIMEOUT_S)
         except RuntimeError:  # no server: every script runs in a new interpreter
             self.usable, self.read, self.env = False, frozenset(), {}
             return
@@ -189,51 +133,19 @@ class _Server:
         self.usable = hello["error"] is None and not own_listing
         self.read = frozenset(hello["read"]) - EXEMPT
 
-    def _reply(self, timeout: float) -> dict:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            raise RuntimeError(f"the script server stopped answering; its log:\n{self.log.read_text()[-4000:]}")
-        return json.loads(line)
-
     def fits(self, env: dict[str, str]) -> bool:
         return self.usable and all(env.get(k) == self.env.get(k) for k in self.read)
 
     def run(self, script: str, args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        assert self.proc.stdin is not None
-        self.count += 1
-        out, err = (Path(self.dir.name) / f"{self.count}.{n}" for n in ("out", "err"))
-        out.touch()
-        err.touch()
-        req = {"script": script, "args": list(args), "env": env, "cwd": os.getcwd(),
-               "stdout": str(out), "stderr": str(err)}
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        pid = self._reply(30)["pid"]
         try:
-            done = self._reply(TIMEOUT_S)
-        except RuntimeError:
-            if self.proc.poll() is not None:
-                raise
-            os.kill(pid, signal.SIGKILL)
-            self._reply(30)
-            raise AssertionError(f"the script ran past {TIMEOUT_S} s; its stderr:\n{err.read_text()[-4000:]}")
-        result = subprocess.CompletedProcess([], done["returncode"], out.read_text(), err.read_text())
-        out.unlink()
-        err.unlink()
-        return result
+            code, out, err = self.ask({"script": script, "args": list(args), "env": env, "cwd": os.getcwd()}, TIMEOUT_S)
+        except ChildTimeout as late:
+            raise AssertionError(f"the script ran past {TIMEOUT_S} s; its stderr:\n{late.stderr[-4000:]}") from None
+        return subprocess.CompletedProcess([], code, out, err)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.dir.cleanup()
+        super().close()
+        self.home.cleanup()
 
 
 _servers: dict[tuple[Path, Path, tuple[str, ...]], _Server] = {}
