@@ -140,9 +140,13 @@ class ForkServer:
         except RuntimeError:
             if self.proc.poll() is not None:
                 raise
-            os.kill(pid, signal.SIGKILL)
-            self.reply(30)
-            raise ChildTimeout(out.read_text(), err.read_text()) from None
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended right at the deadline: its reply is on the way
+                done = self.reply(30)
+            else:
+                self.reply(30)
+                raise ChildTimeout(out.read_text(), err.read_text()) from None
         result = done["returncode"], out.read_text(), err.read_text()
         out.unlink()
         err.unlink()

@@ -47,7 +47,7 @@ def test_a_child_answers_as_a_new_interpreter(server: ForkServer, script: str, t
     env = dict(os.environ, FS_PROBE="probe")
     alone = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                            stdin=subprocess.DEVNULL)
-    code, out, err = server.ask({"script": script, "env": env, "cwd": str(tmp_path)}, 30)
+    code, out, err = server.ask({"script": script, "env": env, "cwd": str(tmp_path)}, 300)  # a loaded machine
     assert (code, out) == (alone.returncode, alone.stdout)
     assert err.splitlines()[-1:] == alone.stderr.splitlines()[-1:]
     if "Traceback" in alone.stderr:  # the script's own frames first, none of the server's
