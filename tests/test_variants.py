@@ -401,18 +401,28 @@ def test_build_pin_builds_the_overlay_wheel_of_another_pins_resolved_stack(tmp_p
     assert q.run("applied").stdout.split() == []  # work/ was not moved
 
 
-def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the_rollback(tmp_path: Path) -> None:
+def _before_variant(tmp_path: Path) -> tuple[Queue, Path, str]:
+    """A two-pin queue whose A1 is one file with the 0.1.0 diff, and a draft of A1 for 0.2.0."""
     q = two_pin_queue(tmp_path, checkout=False)
-    (q.root / "queue/variants/0.1.0/A1-a.patch").unlink()  # A1 as the queue had it before the move:
-    old_a1 = (q.root / "queue/A1-a.patch")  # one file, the 0.1.0 diff
-    util_old = OLD["vllm/util.py"]
-    old_a1.write_text("---\nid: A1\ntitle: A1-a.patch\napplies_to: {vllm: '>=0.1.0,<0.2'}\n...\n"
-                      + unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 70\n")))
-    before = old_a1.read_text()
+    (q.root / "queue/variants/0.1.0/A1-a.patch").unlink()
+    util_old, util_new = OLD["vllm/util.py"], NEW["vllm/util.py"]
+    old_body = unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 70\n"))
+    (q.root / "queue/A1-a.patch").write_text("---\nid: A1\ntitle: A1-a.patch\napplies_to: {vllm: '>=0.1.0,<0.2'}\n...\n"
+                                             + old_body)
     draft = tmp_path / "A1-draft.patch"
-    util_new = NEW["vllm/util.py"]
     draft.write_text("---\nid: A1\ntitle: A1 on 0.2.0\n...\n"
                      + unified("vllm/util.py", util_new, _edit(util_new, "return x + 7 * 1\n", "return x + 70\n")))
+    return q, draft, old_body
+
+
+def _patch_files(q: Queue) -> dict[str, bytes]:
+    return {p.relative_to(q.root).as_posix(): p.read_bytes() for p in sorted((q.root / "queue").rglob("*.patch"))}
+
+
+def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the_rollback(tmp_path: Path) -> None:
+    q, draft, _ = _before_variant(tmp_path)  # A1 as the queue had it before the move: one file, the 0.1.0 diff
+    old_a1 = q.root / "queue/A1-a.patch"
+    before = old_a1.read_text()
     doc = json.loads(q.run("variant", "A1-a.patch", str(draft), "--json").stdout)
     assert doc["result"]["kind"] == "variant"
     assert doc["result"]["written"] == ["A1-a.patch", "variants/0.1.0/A1-a.patch"]
@@ -434,24 +444,6 @@ def test_variant_takes_a_new_diff_for_the_main_pin_and_keeps_the_old_one_for_the
     proc = q.run("variant", "A1-a.patch", str(wrong), check=False)
     assert proc.returncode == 1 and "a variant keeps its patch's id" in proc.stderr
     assert {p: p.read_bytes() for p in (q.root / "queue").rglob("*.patch")} == files
-
-
-def _before_variant(tmp_path: Path) -> tuple[Queue, Path, str]:
-    """A two-pin queue whose A1 is one file with the 0.1.0 diff, and a draft of A1 for 0.2.0."""
-    q = two_pin_queue(tmp_path, checkout=False)
-    (q.root / "queue/variants/0.1.0/A1-a.patch").unlink()
-    util_old, util_new = OLD["vllm/util.py"], NEW["vllm/util.py"]
-    old_body = unified("vllm/util.py", util_old, _edit(util_old, "return x + 7\n", "return x + 70\n"))
-    (q.root / "queue/A1-a.patch").write_text("---\nid: A1\ntitle: A1-a.patch\napplies_to: {vllm: '>=0.1.0,<0.2'}\n...\n"
-                                             + old_body)
-    draft = tmp_path / "A1-draft.patch"
-    draft.write_text("---\nid: A1\ntitle: A1 on 0.2.0\n...\n"
-                     + unified("vllm/util.py", util_new, _edit(util_new, "return x + 7 * 1\n", "return x + 70\n")))
-    return q, draft, old_body
-
-
-def _patch_files(q: Queue) -> dict[str, bytes]:
-    return {p.relative_to(q.root).as_posix(): p.read_bytes() for p in sorted((q.root / "queue").rglob("*.patch"))}
 
 
 def test_variant_killed_at_any_write_loses_no_diff_and_finishes_when_run_again(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import StateError
-from ..model.journal import QueueEdit, Record, Reorder, StackMove, UndoJob, Unreadable
+from ..model.journal import QueueEdit, R, Record, Reorder, StackMove, UndoJob, Unreadable
 from ..vcs.git import BRANCH, GitError
 from .stackops import pop, push, push_empty
 from .transaction import save_local_changes, trash
@@ -28,15 +28,22 @@ def _refuse_newer(ws: Workspace, kind: type[Record], found: Unreadable) -> None:
                               f"or remove {where} to give it up")
 
 
+def _take(ws: Workspace, kind: type[R], what: str) -> R | str | None:
+    """The record of ``kind`` a killed command left (None: there is none). An unreadable one is
+    dropped, after ``_refuse_newer``, and what is said of it is returned instead."""
+    entry = ws.read_record(kind)
+    if isinstance(entry, Unreadable):
+        _refuse_newer(ws, kind, entry)
+        ws.clear_record(kind)
+        return f"dropped an unreadable {what} ({entry.reason})"
+    return entry
+
+
 def recover_queue_edit(ws: Workspace) -> list[str]:
     """Finish or undo a multi-file queue edit that a killed process left half-done."""
-    entry = ws.read_record(QueueEdit)
-    if entry is None:
-        return []
-    if isinstance(entry, Unreadable):
-        _refuse_newer(ws, QueueEdit, entry)
-        ws.clear_record(QueueEdit)
-        return ["dropped an unreadable queue-edit journal"]
+    entry = _take(ws, QueueEdit, "queue-edit journal")
+    if not isinstance(entry, QueueEdit):
+        return [entry] if entry else []
     op = entry.op
     series = ws.store.series_path.read_bytes() if ws.store.series_path.exists() else b""
     listed = set(ws.store.read_series().names) if series else set()
@@ -66,13 +73,9 @@ def recover_reorder(ws: Workspace) -> list[str]:
     Runs after the stack's own journal was dealt with, so the stack is whole (at one of the
     stops of pop and push); the series says which way: the new one -> push on to the new stack,
     the old one -> push the popped patches back."""
-    entry = ws.read_record(Reorder)
-    if entry is None:
-        return []
-    if isinstance(entry, Unreadable):
-        _refuse_newer(ws, Reorder, entry)
-        ws.clear_record(Reorder)
-        return ["dropped an unreadable journal of an interrupted move"]
+    entry = _take(ws, Reorder, "journal of an interrupted move")
+    if not isinstance(entry, Reorder):
+        return [entry] if entry else []
     path = ws.store.series_path
     found = entry.wanted(path.read_bytes() if path.is_file() else None)
     if found is None:
@@ -294,13 +297,11 @@ def _recover_stack(ws: Workspace, *, repairing: bool = False) -> list[str]:
 
 def _recover_undo(ws: Workspace) -> list[str]:
     """An undo or redo killed part-way: written again to its target (after the stack's own journal)."""
-    job = ws.read_record(UndoJob)
+    job = _take(ws, UndoJob, "undo journal")
     if job is None:
         return []
-    if isinstance(job, Unreadable):
-        _refuse_newer(ws, UndoJob, job)
-        ws.clear_record(UndoJob)
-        actions = [f"dropped an unreadable undo journal ({job.reason})"]
+    if isinstance(job, str):
+        actions = [job]
     else:
         from .undo import finish  # the undo log's module, loaded only when an undo was cut short
 
