@@ -346,3 +346,20 @@ def test_headers_are_written_as_the_python_emitter_writes_them() -> None:
         keys = [k for k in CANONICAL_ORDER if k in fields] + [k for k in fields if k not in CANONICAL_ORDER]
         expected = "".join(render_field(k, fields[k]) for k in keys).replace("\n...\n", "\n")
         assert render_header(fields) == HEADER_START + expected.encode("utf-8") + HEADER_END, fields
+
+
+def test_a_new_patch_of_plain_fields_does_not_parse_its_header_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import writes hundreds of headers: the fields it wrote are the meta, not a parse of them."""
+    from gqueue.model import patch as patch_module
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the header was parsed again")
+
+    fields = {"id": "P1", "title": "Fix: a 'quoted' title", "author": "A U Thor <a@example.org>",
+              "requires": ["P0"], "headers": {"Date": "Fri, 17 Nov 2023 10:00:00 +0100"},
+              "description": "first line\n\nsecond paragraph\n", "x-count": 3}
+    monkeypatch.setattr(patch_module, "load_mapping", refuse)
+    made = patch_module.new_patch("P1-t.patch", fields, b"")
+    monkeypatch.undo()
+    assert made == parse_patch(format_patch(made), name="P1-t.patch")
+    assert made.meta.raw == fields and made.meta.line_of("requires") == 8  # after the 3-line description

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -294,3 +295,33 @@ def test_push_pop_identity_and_refresh_idempotence(case: tuple[dict[str, str], d
             assert with_body(parse_patch(once, name="G1.patch"), b"").meta.id == "G1"
         finally:
             ws.close()
+
+
+_PLAIN = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), _TEXT,
+              st.text(max_size=30)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.one_of(_WORD, st.text(max_size=8)), inner,
+                                                                         max_size=3)),
+    max_leaves=8,
+)
+
+
+@PURE
+@given(header_fields, st.dictionaries(st.one_of(_WORD, st.text(max_size=10)), _PLAIN, max_size=3))
+def test_a_new_patch_is_what_its_header_reads_back_as(fields: dict[str, Any], extra: dict[str, Any]) -> None:
+    """new_patch takes the fields as the header's meta without parsing what it wrote (where it
+    can tell it is safe): the meta, key lines included, is what parsing the file gives."""
+    from gqueue.errors import FormatError
+    from gqueue.model.patch import new_patch
+
+    fields = {**{k: v for k, v in extra.items() if k not in fields}, **fields}
+    try:
+        parsed = parse_patch(render_header(fields) + BODY, name="P.patch")
+    except FormatError as exc:
+        with pytest.raises(FormatError) as err:
+            new_patch("P.patch", fields, BODY)
+        assert (err.value.message, err.value.line) == (exc.message, exc.line)
+        return
+    made = new_patch("P.patch", fields, BODY)
+    assert made == parsed
+    assert made.meta.key_lines == parsed.meta.key_lines

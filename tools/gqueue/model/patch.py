@@ -7,6 +7,7 @@ and only ever edited line by line.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError
 from .meta import SCHEMA, PatchMeta, check_meta
-from .safeyaml import load_mapping
+from .safeyaml import MAX_DEPTH, MAX_HEADER_BYTES, MAX_NODES, MAX_SCALAR_CHARS, load_mapping
 from .series import split_lines
 
 if TYPE_CHECKING:
@@ -200,17 +201,97 @@ def render_field(key: str, value: Any) -> str:
 def render_header(fields: dict[str, Any]) -> bytes:
     """The header of ``fields`` in the canonical key order: what ``render_field`` makes of each
     key, joined, written by one dump (a dump of each key costs PyYAML's set-up each time)."""
-    ordered = {k: fields[k] for k in CANONICAL_ORDER if k in fields}
-    ordered.update((k, v) for k, v in fields.items() if k not in SCHEMA)
+    ordered = _in_canonical_order(fields)
     text = _dump(ordered) if ordered else ""
     if text.endswith("\n...\n"):  # the dump's own document end (after a value kept with its blank lines)
         text = text[: -len("...\n")]
     return HEADER_START + text.encode("utf-8") + HEADER_END
 
 
+def _in_canonical_order(fields: dict[str, Any]) -> dict[str, Any]:
+    ordered = {k: fields[k] for k in CANONICAL_ORDER if k in fields}
+    ordered.update((k, v) for k, v in fields.items() if k not in SCHEMA)
+    return ordered
+
+
 def new_patch(name: str, fields: dict[str, Any], body: bytes) -> PatchFile:
+    """The patch of ``fields`` (written as ``render_header`` writes them) over ``body``.
+
+    PyYAML's safe dump and load give back the plain values they were given (strings, ints,
+    bools, None, finite floats, lists and string-keyed mappings of them), so the header just
+    written is not parsed again: its meta is a copy of the fields, each key's line found at
+    column 0 of the text, and ``check_meta`` judges it as it judges a parsed header. Fields
+    of any other type, near the reader's limits, or whose keys the text does not show in
+    order, one a line, are parsed back as any header is (the reader's checks and messages).
+    tests/test_properties.py compares the two ways.
+    """
     header = render_header(fields)
-    return parse_patch(header + body, name=name)
+    meta = _meta_as_written(header, _in_canonical_order(fields))
+    if meta is None:
+        return parse_patch(header + body, name=name)
+    check_meta(meta, path=name, first_line=1)
+    return PatchFile(name, header, body, meta)
+
+
+def _meta_as_written(header: bytes, ordered: dict[str, Any]) -> PatchMeta | None:
+    """``ordered``'s meta with the line of each key in ``header``, or None where that cannot
+    be told without parsing the header."""
+    if len(header) > MAX_HEADER_BYTES // 2:
+        return None
+    budget = [MAX_NODES // 2]
+    raw = _plain_copy(ordered, 1, budget)
+    if not isinstance(raw, dict):
+        return None
+    try:
+        text = header_text(header, path="")
+    except FormatError:  # parsed back, for the message that names the file
+        return None
+    keys = iter(raw)
+    key_lines: dict[str, int] = {}
+    for number, line in enumerate(text.split("\n"), start=2):
+        if line[:1] in ("", " ", "-", "#"):  # a value's own lines, a list's items, a blank line
+            continue
+        key = next(keys, None)
+        if key is None or not line.startswith(f"{key}:"):
+            return None
+        key_lines[key] = number
+    return PatchMeta(raw, key_lines) if len(key_lines) == len(raw) else None
+
+
+_PLAIN_SCALARS = (str, int, bool, type(None), float)
+
+
+def _plain_copy(value: Any, depth: int, budget: list[int]) -> Any:
+    """A copy of ``value`` as a safe YAML load would give it back, or ``_NOT_PLAIN`` when that
+    is not certain (another type, a scalar or a nesting near the reader's limits)."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH // 2:
+        return _NOT_PLAIN
+    kind = type(value)
+    if kind is dict:
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            budget[0] -= 1
+            copied = _plain_copy(item, depth + 1, budget)
+            if type(key) is not str or len(key) > 100 or copied is _NOT_PLAIN:
+                return _NOT_PLAIN
+            out[key] = copied
+        return out
+    if kind is list:
+        items = [_plain_copy(item, depth + 1, budget) for item in value]
+        return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
+    if kind not in _PLAIN_SCALARS:
+        return _NOT_PLAIN
+    if kind is str and len(value) > MAX_SCALAR_CHARS // 2:
+        return _NOT_PLAIN
+    if kind is int and abs(value) >= 1 << 63:
+        return _NOT_PLAIN
+    if kind is float and not math.isfinite(value):
+        return _NOT_PLAIN
+    return value
+
+
+_NOT_PLAIN = object()
 
 
 def with_fields(patch: PatchFile, updates: dict[str, Any]) -> PatchFile:
