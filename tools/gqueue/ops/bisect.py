@@ -292,7 +292,7 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
     stack = ws.stack()
     check_stack_matches(stack, series)
     require_refreshed(ws)
-    require_clean(ws, "bisect")
+    status = ws.repo.dirty_paths_later()  # git status runs while the positions are worked out
     patches: dict[str, PatchFile] = {}
 
     def read(entry: SeriesEntry) -> PatchFile:  # a patch's header is read when it is asked for
@@ -300,11 +300,14 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
             patches[entry.name] = ws.store.read_patch(entry.name, line=entry.line)
         return patches[entry.name]
 
-    lo = parse_position(good, series, read) if good is not None else 0
-    hi = parse_position(bad, series, read) if bad is not None else len(series.entries)
-    if lo >= hi:
-        raise UsageError(f"the good position ({lo}) must come before the bad one ({hi})")
-    commits, stopped = position_commits(ws, series, hi)
+    try:
+        lo = parse_position(good, series, read) if good is not None else 0
+        hi = parse_position(bad, series, read) if bad is not None else len(series.entries)
+        if lo >= hi:
+            raise UsageError(f"the good position ({lo}) must come before the bad one ({hi})")
+        commits, stopped = position_commits(ws, series, hi)
+    finally:
+        require_clean(ws, "bisect", status)  # waits for it; a dirty tree is the error to report first
     if stopped is not None:
         if bad is not None or len(commits) - 1 <= lo:
             raise ConflictError(f"cannot reach position {hi}: {stopped}", path="series")
