@@ -30,7 +30,7 @@ from ..vcs.git import CommitSpec
 from .engine import TreeView, apply_patch
 from .stackops import (DEFAULT_AUTHOR, check_stack_matches, commit_author, commit_message, not_carried_message,
                        require_clean, require_refreshed)
-from .transaction import move
+from .transaction import Files, move
 from .workspace import Workspace
 
 SCRATCH = "refs/gqueue/bisect"
@@ -191,7 +191,7 @@ def restore(ws: Workspace, *, say: bool = True) -> str | None:
         return "dropped an unreadable bisect state"
     current = ws.repo.head()
     if current is not None and current != head:
-        move(ws, current, head, op="bisect-reset", force=True)  # a forced checkout: CMD's edits go too
+        move(ws, current, head, op="bisect-reset", files=Files.RESET)  # a forced checkout: CMD's edits go too
     else:
         ws.repo.checkout_fresh(head)  # undo edits CMD made to tracked files; its new files stay
     path.unlink()
@@ -239,7 +239,7 @@ class _Prober:
         target = self.commits[position]
         # only the files that differ between the two positions are rewritten (as git bisect's
         # checkout); the put-back at the end resets the whole tree
-        move(self.ws, self.current, target, op="bisect", force=True, keep_shared=True)
+        move(self.ws, self.current, target, op="bisect", files=Files.OVERWRITE)
         self.current = target
         top = self.names[position - 1] if position else None
         self.ws.reporter.progress(f"testing position {position} ({top or 'the pinned release'})")

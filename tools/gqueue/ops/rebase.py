@@ -37,7 +37,7 @@ from .drift_engine import PatchRun, SeriesRun
 from .engine import file_diffs
 from .stackops import (DEFAULT_AUTHOR, PENDING, check_stack_matches, commit_author, commit_message, not_carried_message,
                        require_clean, require_refreshed)
-from .transaction import move, save_local_changes
+from .transaction import Files, move, save_local_changes
 from .workspace import Workspace
 
 STATE = "rebase"
@@ -253,7 +253,7 @@ def resume(ws: Workspace, *, skip: bool = False, retire: bool = False,
         _remove_written(ws, state)
         save_local_changes(ws, op)  # a resolution begun in work/ is dropped with the patch
         below = stack.commit_below(len(stack.applied) - 1)
-        move(ws, stack.head, below, op=op, force=True)
+        move(ws, stack.head, below, op=op, files=Files.RESET)
         ws.needs_refresh_path.unlink(missing_ok=True)
         if retire and state.get("variants"):  # it stays in the series for the old pin, not carried on the new
             head = _retire_kept(ws, state, ws.store.read_patch(stopped), why, below)
@@ -314,7 +314,7 @@ def _restart(ws: Workspace, state: dict[str, Any]) -> RebaseResult:
             _remove_written(ws, state)
             ws.needs_refresh_path.unlink(missing_ok=True)
             below = stack.commit_below(len(stack.applied) - 1)
-            move(ws, stack.head, below, op="rebase", force=True)
+            move(ws, stack.head, below, op="rebase", files=Files.RESET)
             stack = ws.stack()
         landed = [n for n in stack.names if n not in done]
         done += landed

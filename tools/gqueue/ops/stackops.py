@@ -18,7 +18,7 @@ from ..model.diff import FileDiff, parse_diff
 from ..model.status import EXACT, Status
 from ..model.variants import Resolution
 from .engine import REGULAR_MODES, FileResult, PatchResult, TreeView, apply_patch, file_diffs, touched_paths
-from .transaction import move, save_local_changes
+from .transaction import Files, move, save_local_changes
 from .workspace import DIFF_TRAILER, Stack, Workspace
 
 PENDING = "refs/gqueue/pending"
@@ -198,7 +198,7 @@ def push(ws: Workspace, *, count: int | None = 1, target: str | None = None, for
         for spec in specs:
             final.update(spec.changes)
         old_modes = {p: view.entries[p].mode for p in final if p in view.entries}
-        move(ws, stack.head, commits[-1], op="push", clean=True, changes=final, old_modes=old_modes)
+        move(ws, stack.head, commits[-1], op="push", files=Files.CLEAN, changes=final, old_modes=old_modes)
         ws.repo.delete_ref(PENDING)
         forced_at = result.failed.name if result.forced and result.failed is not None else None
         result.top = (forced_at or names[-1]) if names or forced_at else None
@@ -373,7 +373,7 @@ def pop(ws: Workspace, *, count: int | None = 1, target: str | None = None, forc
     elif not known_clean:
         require_clean(ws, "pop")
     new = stack.commit_below(keep)
-    move(ws, stack.head, new, op="pop", force=force, clean=not force)
+    move(ws, stack.head, new, op="pop", files=Files.RESET if force else Files.CLEAN)
     if saved is not None:  # new files are in the saved diff too: the next push would refuse them
         ws.repo.remove_untracked()
     popped = names[keep:]

@@ -9,6 +9,7 @@ import hashlib
 import os
 import time
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Iterator
 
@@ -19,24 +20,30 @@ from ..vcs.git import BRANCH
 from .workspace import Workspace
 
 
-def move(ws: Workspace, old: str, new: str, *, op: str, force: bool = False, clean: bool = False,
-         changes: dict[str, tuple[str, bytes] | None] | None = None, old_modes: dict[str, str] | None = None,
-         keep_shared: bool = False) -> None:
-    """Move HEAD, index and files from ``old`` to ``new``; journaled.
+class Files(Enum):
+    """How a move of the stack treats the work tree's files."""
 
-    ``force``: local edits go (the whole tree is reset to ``new``; with ``keep_shared``, only the
-    files ``old`` and ``new`` differ in are overwritten, as a bisect step's checkout).
-    ``clean``: the caller found the work tree clean in this command (under the lock), so the
-    files may be written directly (``changes``/``old_modes``: what it already knows of them).
+    CHECKED = "checked"  # local edits stay; a file the move must change that has one stops it (git's checkout)
+    CLEAN = "clean"  # the caller found the tree clean in this command (under the lock): files written directly
+    RESET = "reset"  # the whole tree is reset to the new commit: local edits go (pop --force)
+    OVERWRITE = "overwrite"  # the files the two commits differ in are overwritten, other edits stay (a bisect step)
+
+
+def move(ws: Workspace, old: str, new: str, *, op: str, files: Files = Files.CHECKED,
+         changes: dict[str, tuple[str, bytes] | None] | None = None, old_modes: dict[str, str] | None = None) -> None:
+    """Move HEAD, index and files from ``old`` to ``new`` as ``files`` says; journaled (a move
+    that discards local edits is journaled as forced).
+
+    ``changes``/``old_modes`` (``Files.CLEAN``): what the caller already knows of the files.
     """
     if old == new:
         return
-    with ws.journaled(StackMove(op, old, new, force=force)):
-        if force and keep_shared:
+    with ws.journaled(StackMove(op, old, new, force=files in (Files.RESET, Files.OVERWRITE))):
+        if files is Files.OVERWRITE:
             ws.repo.switch_tree_forced(old, new)
-        elif force:
+        elif files is Files.RESET:
             ws.repo.checkout_fresh(new)
-        elif clean:
+        elif files is Files.CLEAN:
             ws.repo.move_clean(old, new, changes, old_modes)
         else:
             ws.repo.switch_tree(old, new)

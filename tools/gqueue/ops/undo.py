@@ -31,7 +31,7 @@ from ..errors import StateError, UsageError
 from ..fsutil import atomic_write, atomic_write_many
 from ..model.journal import UndoJob
 from ..vcs.git import BRANCH
-from .transaction import move, save_local_changes, trash
+from .transaction import Files, move, save_local_changes, trash
 from .workspace import Workspace, trailer_value
 
 UNDO_DIR = "undo"
@@ -417,7 +417,8 @@ def _move_stack(ws: Workspace, job: UndoJob, recovering: bool) -> str:
             ws.repo.reset_index(target)
         else:
             # clean: the undo found the tree clean under the lock (in recovery git's own check decides)
-            move(ws, head or base, target, op=job.action, force=job.force, clean=not job.force and not recovering)
+            move(ws, head or base, target, op=job.action,
+                 files=Files.RESET if job.force else Files.CHECKED if recovering else Files.CLEAN)
             if job.force:
                 ws.repo.remove_untracked()
         return ""
