@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "tools" / "bench"))
 
 from synthseries import generate  # noqa: E402
 
-from gqueue.model.pin import parse_pins  # noqa: E402
+from pins import chosen_pin, main_pin_line  # noqa: E402
 
 
 def gq(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -78,12 +78,8 @@ def main() -> None:
     try:
         root = tmp / "q"
         (root / "queue").mkdir(parents=True)
-        pins = parse_pins((REPO / "vendor-pin.txt").read_text())
-        chosen = pins.main if args.base is None else pins.find(args.base)
-        if chosen is None:
-            raise SystemExit(f"vendor-pin.txt has no pin {args.base}")
-        pin = f"pin {chosen.source} {' '.join(f'{k}={v}' for k, v in chosen.options.items())}"
-        (root / "vendor-pin.txt").write_text(pin + "\n")
+        chosen = chosen_pin(args.base)
+        (root / "vendor-pin.txt").write_text(main_pin_line(chosen))
         (root / "series").write_text("")
         gq(root, "checkout")
         names = generate(root / "work", root, args.n)
@@ -117,7 +113,7 @@ def main() -> None:
         (out_dir / "bisect.md").write_text(
             f"# Bisect\n\n`python tools/bench/bisect_run.py -n {args.n}{f' --base {args.base}' if args.base else ''}` "
             f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, tree of "
-            f"{pin.split()[1]}, load average {os.getloadavg()[0]:.1f} at the end (the machine is shared). "
+            f"{chosen.source}, load average {os.getloadavg()[0]:.1f} at the end (the machine is shared). "
             "'tests' counts the command's runs (git bisect trusts both ends; gqueue tests an end too "
             "when the culprit it finds is next to it, unless --trust-ends).\n\n" + text + "\n")
     finally:

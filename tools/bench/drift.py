@@ -47,7 +47,7 @@ from realseries import generate as generate_real  # noqa: E402
 from realseries import shape  # noqa: E402
 from synthseries import generate  # noqa: E402
 
-from gqueue.model.pin import parse_pins  # noqa: E402
+from pins import chosen_pin, main_pin_line  # noqa: E402
 
 BASE = "vllm==0.24.0"  # the series' pin (--base: any pin vendor-pin.txt names)
 PIN = "vllm==0.25.0"  # the release it is checked and rebased onto
@@ -76,19 +76,11 @@ def timed(setup: Callable[[], object], action: Callable[[object], object], repea
     return times
 
 
-def pin_line(spec: str) -> str:
-    """vendor-pin.txt's line for the pin ``spec`` (any label), as the main pin of a scratch queue."""
-    found = parse_pins((REPO / "vendor-pin.txt").read_text()).find(spec)
-    if found is None:
-        raise SystemExit(f"vendor-pin.txt has no pin {spec}")
-    return f"pin {found.source} {' '.join(f'{k}={v}' for k, v in found.options.items())}\n"
-
-
 def prepare(root: Path, n: int, seed: int, kind: str = "synthetic",
             base: str = BASE) -> tuple[Path, list[str], str, str, str, Path]:
     q = root / "q"
     (q / "queue").mkdir(parents=True)
-    (q / "vendor-pin.txt").write_text(pin_line(base))
+    (q / "vendor-pin.txt").write_text(main_pin_line(chosen_pin(base)))
     (q / "series").write_text("# empty\n")
     gqueue(q, "checkout")
     gqueue(q, "check", "--pin", PIN)  # imports the new pin's tree into work/.git

@@ -46,7 +46,7 @@ from bisect_run import marker  # noqa: E402
 from synthseries import generate  # noqa: E402
 
 from gqueue.model.patch import split_header  # noqa: E402
-from gqueue.model.pin import parse_pins  # noqa: E402
+from pins import chosen_pin, main_pin_line  # noqa: E402
 from gqueue.upstream.resolve import sdist_path  # noqa: E402
 
 GQ = [sys.executable, "-m", "gqueue"]
@@ -201,10 +201,8 @@ def main() -> None:
     parser.add_argument("--base", default="vllm==0.24.0", help="the pin of vendor-pin.txt (any label) the series is on")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    base = parse_pins((REPO / "vendor-pin.txt").read_text()).find(args.base)
-    if base is None:
-        raise SystemExit(f"vendor-pin.txt has no pin {args.base}")
-    pin_text = f"pin {base.source} {' '.join(f'{k}={v}' for k, v in base.options.items())}\n"
+    base = chosen_pin(args.base)
+    pin_text = main_pin_line(base)
     results: dict[int, dict[str, list[float]]] = {}
     loads = []
     with tempfile.TemporaryDirectory(prefix="gqueue-bench-growth-") as tmp_name:

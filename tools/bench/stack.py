@@ -34,7 +34,7 @@ from realseries import generate as generate_real  # noqa: E402
 from realseries import shape  # noqa: E402
 from synthseries import generate  # noqa: E402
 
-from gqueue.model.pin import parse_pins  # noqa: E402
+from pins import chosen_pin, main_pin_line  # noqa: E402
 from gqueue.upstream.resolve import sdist_path  # noqa: E402
 
 GQ = [sys.executable, "-m", "gqueue"]
@@ -211,12 +211,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "stack.md")
     parser.add_argument("--base", help="the pin of vendor-pin.txt (any label) the series is on (default: the main pin)")
     args = parser.parse_args()
-    pins = parse_pins((REPO / "vendor-pin.txt").read_text())
-    base = pins.main if args.base is None else pins.find(args.base)
-    if base is None:
-        raise SystemExit(f"vendor-pin.txt has no pin {args.base}")
+    base = chosen_pin(args.base)
     sdist = sdist_path(base)
-    pin_line = f"pin {base.source} {' '.join(f'{k}={v}' for k, v in base.options.items())}\n"
+    pin_line = main_pin_line(base)
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gqueue-bench-") as tmp_name:
         tmp = Path(tmp_name)
