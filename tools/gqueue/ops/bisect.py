@@ -31,7 +31,7 @@ from .engine import TreeView, apply_patch
 from .stackops import (DEFAULT_AUTHOR, check_stack_matches, commit_author, commit_message, not_carried_message,
                        require_clean, require_refreshed)
 from .transaction import Files, move
-from .workspace import Workspace
+from .workspace import Stack, Workspace
 
 SCRATCH = "refs/gqueue/bisect"
 STATE = "bisect.json"
@@ -143,12 +143,12 @@ def parse_position(spec: str, series: Series, read: Callable[[SeriesEntry], Patc
                          ref=exc.ref) from None
 
 
-def position_commits(ws: Workspace, series: Series, upto: int) -> tuple[list[str], str | None]:
+def position_commits(ws: Workspace, series: Series, stack: Stack, upto: int) -> tuple[list[str], str | None]:
     """Commits for positions 0..n (n <= upto) and, if n < upto, why the series stops there.
 
-    Applied positions reuse the stack's commits; the others are written once on SCRATCH.
+    Applied positions reuse the commits of ``stack`` (the stack now); the others are written
+    once on SCRATCH.
     """
-    stack = ws.stack()
     commits = [stack.base] + [a.commit for a in stack.applied]
     if upto < len(commits):
         return commits[: upto + 1], None
@@ -305,7 +305,7 @@ def run(ws: Workspace, argv: Sequence[str], *, good: str | None = None, bad: str
         hi = parse_position(bad, series, read) if bad is not None else len(series.entries)
         if lo >= hi:
             raise UsageError(f"the good position ({lo}) must come before the bad one ({hi})")
-        commits, stopped = position_commits(ws, series, hi)
+        commits, stopped = position_commits(ws, series, stack, hi)
     finally:
         require_clean(ws, "bisect", status)  # waits for it; a dirty tree is the error to report first
     if stopped is not None:
