@@ -248,30 +248,46 @@ def test_import_of_an_mboxrd_unescapes_from_lines(tmp_path: Path) -> None:
     assert q.run("series").stdout.split() == ["0001-Add-an-imported-change.patch", "0002-Fix-typo.patch"]
     meta = _header(q.root / "queue/0001-Add-an-imported-change.patch")
     assert meta["description"] == "From the reporter: f3 was off.\n>From a quoted mail.\n"
-    # an mbox of one mail is named from its subject too; its id 0001 is taken, so it gets 0001_2
+    # an mbox of one mail is named from its subject too; its first word 0001 is an id already,
+    # so its id is its whole name less .patch, and the name stays as the mail gives it
     one = tmp_path / "last.mbox"
     one.write_text(git("format-patch", "--stdout", "HEAD~1"))
     proc = q.run("import", str(one))
-    assert f"{one}:1: imported as 0001_2-Fix-typo.patch (id 0001_2): its id 0001 is the id of 0001-Add-an-imported-change.patch" in proc.stderr
-    assert q.run("series").stdout.split()[-1] == "0001_2-Fix-typo.patch"
+    assert (f"{one}:1: imported with the id 0001-Fix-typo (its first word, 0001, is the id of "
+            "0001-Add-an-imported-change.patch)") in proc.stderr
+    assert q.run("series").stdout.split()[-1] == "0001-Fix-typo.patch"
+    assert _header(q.root / "queue/0001-Fix-typo.patch")["id"] == "0001-Fix-typo"
     assert q.run("lint").returncode == 0
 
 
-def test_import_gives_a_taken_id_the_next_free_one_and_says_so(tmp_path: Path) -> None:
+def test_import_keeps_the_names_and_gives_the_whole_stem_as_id_where_the_first_word_is_shared(tmp_path: Path) -> None:
+    """Debian names CVE-2023-27533.patch, CVE-2023-27534.patch ...: the first word begins every
+    name, so each id is the whole name less .patch, and no file is renamed; a name whose whole
+    stem is another patch's id is renamed with the first free ID_2, ID_3 ..."""
     q = make_queue(tmp_path)
     quilt = tmp_path / "patches"
     quilt.mkdir()
+    config = BASE_FILES["vllm/config.py"]
     (quilt / "fix-build.patch").write_text(unified("vllm/util.py", UTIL, UTIL.replace("return x + 3\n", "return x + 33\n")))
     (quilt / "fix-tests.patch").write_text(DIFF)
-    config = BASE_FILES["vllm/config.py"]
     (quilt / "fix.patch").write_text(unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n")))
     (quilt / "series").write_text("fix-build.patch\nfix-tests.patch\nfix.patch\n")
     proc = q.run("import", "--series", str(quilt / "series"))
-    assert f"{quilt / 'fix-tests.patch'}: imported as fix_2-tests.patch (id fix_2): its id fix is the id of fix-build.patch" in proc.stderr
-    assert f"{quilt / 'fix.patch'}: imported as fix_3.patch (id fix_3)" in proc.stderr
-    assert q.run("series").stdout.split() == ["fix-build.patch", "fix_2-tests.patch", "fix_3.patch"]
-    assert _header(q.root / "queue/fix_2-tests.patch")["id"] == "fix_2"
+    assert f"{quilt / 'fix-tests.patch'}: imported with the id fix-tests (its first word, fix, begins other patches' names too)" in proc.stderr
+    assert q.run("series").stdout.split() == ["fix-build.patch", "fix-tests.patch", "fix.patch"]
+    assert [_header(q.root / "queue" / n)["id"] for n in ("fix-build.patch", "fix-tests.patch", "fix.patch")] == \
+        ["fix-build", "fix-tests", "fix"]
     assert q.run("lint").returncode == 0
+    q.run("checkout")
+    q.run("rename", "fix-build.patch", "fix-build-and-link.patch")  # still starts with "fix-build-": kept
+    assert _header(q.root / "queue/fix-build-and-link.patch")["id"] == "fix-build"
+
+    other = make_queue(tmp_path / "other")  # fix-up.patch has the id fix there: fix.patch is renamed
+    other.run("import", str(quilt / "fix-build.patch"), "--name", "fix-up.patch", "--id", "fix")
+    proc = other.run("import", str(quilt / "fix.patch"))
+    assert f"{quilt / 'fix.patch'}: imported as fix_2.patch (id fix_2): its id fix is the id of fix-up.patch" in proc.stderr
+    assert other.run("series").stdout.split() == ["fix-up.patch", "fix_2.patch"]
+    assert other.run("lint").returncode == 0
 
 
 def test_import_name_and_id_options(tmp_path: Path) -> None:

@@ -363,3 +363,32 @@ def test_a_new_patch_of_plain_fields_does_not_parse_its_header_again(monkeypatch
     monkeypatch.undo()
     assert made == parse_patch(format_patch(made), name="P1-t.patch")
     assert made.meta.raw == fields and made.meta.line_of("requires") == 8  # after the 3-line description
+
+
+@pytest.mark.parametrize(("names", "others", "taken", "ids"), [
+    (["0001-Add-a-change.patch", "0002-Fix-it.patch"], [], [], ["0001", "0002"]),
+    (["CVE-2023-27533.patch", "CVE-2023-27534.patch", "CVE-2024-2004.patch"], [], [],
+     ["CVE-2023-27533", "CVE-2023-27534", "CVE-2024-2004"]),
+    (["CVE-2023-28320.patch", "CVE-2023-28320-1.patch"], [], [], ["CVE-2023-28320", "CVE-2023-28320-1"]),
+    (["fix.patch", "fix-build.patch"], [], [], ["fix", "fix-build"]),
+    (["0001-Fix-typo.patch"], ["0001-Add.patch"], ["0001"], ["0001-Fix-typo"]),
+    (["fix.patch"], ["fix-up.patch"], ["fix"], [None]),  # its whole stem is an id: needs another name
+    (["04_workaround_bug.patch"], [], [], ["04_workaround_bug"]),
+])
+def test_distinct_ids_keep_every_name_and_give_each_its_own_id(names: list[str], others: list[str],
+                                                               taken: list[str], ids: list[str | None]) -> None:
+    from gqueue.model.ids import distinct_ids, name_fits_id
+
+    found = distinct_ids(names, others=others, taken=taken)
+    assert [found.get(n) for n in names] == ids
+    assert all(name_fits_id(n, i) for n, i in found.items())
+    assert len(set(found.values())) == len(found) and not set(found.values()) & set(taken)
+
+
+def test_a_name_fits_an_id_it_is_or_starts_with_and_a_dash() -> None:
+    from gqueue.model.ids import name_fits_id
+
+    assert name_fits_id("P62-struct-out.patch", "P62") and name_fits_id("CVE-2023-1.patch", "CVE-2023-1")
+    assert name_fits_id("queue/variants/0.24/P62-x.patch", "P62")
+    assert not name_fits_id("P621-x.patch", "P62") and not name_fits_id("P6.patch", "P62")
+    assert not name_fits_id("P62-x.patch", "") and not name_fits_id("CVE-2023-1.patch", "CVE-2023-1-x")

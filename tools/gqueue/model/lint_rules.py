@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import FormatError, one_line
 from .diff import FileDiff, byte_lines, parse_diff
+from .ids import name_fits_id
 from .series import Series, SeriesEntry
 from .paths import path_problem
 from .meta import (
@@ -392,12 +393,6 @@ def check_patch(view: HeaderView, *, pin_version: str | None, strip: int = 1) ->
 # --- the queue as a whole ------------------------------------------------------------------
 
 
-def file_name_id(name: str) -> str:
-    base = name.rsplit("/", 1)[-1]
-    stem = base[: -len(".patch")] if base.endswith(".patch") else base
-    return stem.split("-", 1)[0]
-
-
 def _exclusive(a: SeriesEntry, b: SeriesEntry) -> bool:
     """True when no guard selection can select both entries."""
     return any(g[0] == "+" and ("-" + g[1:]) in b.guards for g in a.guards) or any(
@@ -499,14 +494,14 @@ def _check_ids(views: dict[str, HeaderView]) -> list[Finding]:
         if not view.parsed or not view.id:
             continue
         if _is_variant(name):  # shares its patch's id (variant-id checks that it does)
-            if file_name_id(name) != view.id:
+            if not name_fits_id(name, view.id):
                 out.append(_f(view, "id", "file-name-id", f"file name '{name}' does not start with the id '{view.id}-'"))
             continue
         if view.id in first:
             out.append(_f(view, "id", "id-duplicate", f"id '{view.id}' is also used by queue/{first[view.id]}"))
         else:
             first[view.id] = name
-        if file_name_id(name) != view.id:
+        if not name_fits_id(name, view.id):
             out.append(_f(view, "id", "file-name-id", f"file name '{name}' does not start with the id '{view.id}-'"))
     return out
 

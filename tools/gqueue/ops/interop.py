@@ -12,7 +12,7 @@ from ..errors import FormatError, UnsafePatchError, UsageError
 from ..fsutil import atomic_write
 from ..model.diff import as_p1
 from ..model.foreign import is_mbox, read_foreign, split_mbox
-from ..model.lint_rules import file_name_id
+from ..model.ids import distinct_ids, file_name_id, name_fits_id
 from ..model.patch import PatchFile, new_patch, parse_patch, with_fields
 from ..model.series import Series, parse_series
 from .engine import checked_diffs
@@ -133,14 +133,14 @@ def _settle(item: _Incoming, patch: PatchFile, kind: str, *, name: str | None, p
     file-name-id). The flag says whether the id was chosen (and so is never changed)."""
     own = patch.meta.id if kind == "gqueue" else None
     chosen = patch_id or own
-    if name is not None and chosen is not None and file_name_id(name) != chosen:
+    if name is not None and chosen is not None and not name_fits_id(name, chosen):
         raise UsageError(f"--name {name} does not start with the id '{chosen}-' (or is {chosen}.patch)",
                          hint="give a name that starts with the id, or --id that the name starts with")
     new_name = name or item.name
-    if chosen is not None and file_name_id(new_name) != chosen:
+    if chosen is not None and not name_fits_id(new_name, chosen):
         new_name = f"{chosen}-{_rest(item.name)}"
     check_name(new_name)
-    new_id = file_name_id(new_name)
+    new_id = chosen if chosen is not None else file_name_id(new_name)
     if new_id != patch.meta.id or new_name != patch.name:
         patch = with_fields(replace(patch, name=new_name), {"id": new_id})
     return patch, chosen is not None or name is not None
@@ -172,10 +172,15 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
     prepared: list[tuple[PatchFile, int, str, str]] = []
     seen: dict[str, str] = {}
     result = ImportResult()
+    settled = []
     for item in items:
         check_name(item.name)
         patch, kind = _to_gqueue(item, ws.reporter)
-        patch, chosen = _settle(item, patch, kind, name=name, patch_id=patch_id)
+        settled.append((item, kind, *_settle(item, patch, kind, name=name, patch_id=patch_id)))
+    # the patches whose id comes from their file name: one each keeps the name (see distinct_ids)
+    free = [patch.name for _item, _kind, patch, chosen in settled if not chosen]
+    fitted = distinct_ids(free, others=taken, taken={*owners, *(p.meta.id for _i, _k, p, c in settled if c)})
+    for item, kind, patch, chosen in settled:
         if patch.name in seen:
             raise UsageError(f"'{patch.name}' would be imported twice ({seen[patch.name]} and {item.source}); nothing was imported")
         if patch.name in taken:
@@ -184,6 +189,13 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
             if patch.meta.id in owners:
                 raise UsageError(f"the id '{patch.meta.id}' of {patch.name} is already the id of {owners[patch.meta.id]}",
                                  hint="each patch needs its own id: give another (import --id, or a name that starts with it)")
+        elif patch.name in fitted:
+            if fitted[patch.name] != patch.meta.id:
+                why = (f"is the id of {owners[patch.meta.id]}" if patch.meta.id in owners
+                       else "begins other patches' names too")
+                ws.reporter.note(f"{item.source}: imported with the id {fitted[patch.name]} "
+                                 f"(its first word, {patch.meta.id}, {why})")
+                patch = with_fields(patch, {"id": fitted[patch.name]})
         else:
             derived = patch.meta.id
             patch, owner = _unique(patch, owners, taken | set(seen))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import ConflictError, FormatError, StateError, UsageError
 from ..fsutil import atomic_write
-from ..model.lint_rules import file_name_id
+from ..model.ids import file_name_id, name_fits_id, stem
 from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch, with_fields
 from ..model.pin import format_pin_line, parse_pins, pin_from_spec
 from ..model.series import Series
@@ -59,14 +59,8 @@ def check_name(name: str) -> None:
         raise UsageError(f"'{name}' is not a valid patch name (letters, digits, '.', '_', '-', '+', '@')")
 
 
-def id_from_name(name: str) -> str:
-    stem = name[: -len(".patch")] if name.endswith(".patch") else name
-    return stem.split("-", 1)[0]
-
-
 def title_from_name(name: str) -> str:
-    stem = name[: -len(".patch")] if name.endswith(".patch") else name
-    parts = stem.split("-", 1)
+    parts = stem(name).split("-", 1)
     return (parts[1] if len(parts) > 1 else parts[0]).replace("-", " ").replace("_", " ")
 
 
@@ -87,7 +81,7 @@ def new(ws: Workspace, name: str, *, patch_id: str | None = None, title: str | N
     require_refreshed(ws)  # a patch on top of a forced push would take its refresh (and its .rej files)
     if name in series or ws.store.patch_path(name).exists():
         raise UsageError(f"a patch named '{name}' already exists")
-    patch_id = patch_id or id_from_name(name)
+    patch_id = patch_id or file_name_id(name)
     require_unused_ids(ws, series, {name: patch_id})
     fields = {
         "id": patch_id,
@@ -179,9 +173,10 @@ def _renamed_id(ws: Workspace, series: Series, patch: PatchFile, new_name: str) 
     """The patch with the id its new file name starts with (lint's file-name-id). Refused
     when another patch of the series has that id, or when something names the old one: a
     patch's requires, conflicts or composes_with, or the patch's own env_flag."""
-    old_id, new_id = patch.meta.id, file_name_id(new_name)
-    if new_id == old_id:
+    old_id = patch.meta.id
+    if name_fits_id(new_name, old_id):  # the new name still starts with the id: it stays
         return patch
+    new_id = file_name_id(new_name)
     where = f"{QUEUE}/{patch.name}"
     owner = id_owners(ws.store, series, besides=patch.name).get(new_id)
     if owner is not None:
