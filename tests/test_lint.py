@@ -262,3 +262,20 @@ def test_a_finding_renders_control_characters_escaped(tmp_path: Path) -> None:
     edit(q, "G1-good.patch", "tier: community\n", 'tier: community\n"col\\e[31mour": red\n')
     rendered = [f.render() for f in lint(Store(q.root)).findings if f.rule == "header-unknown-key"]
     assert rendered == ["queue/G1-good.patch:7: error[header-unknown-key]: unknown header key 'col\\x1b[31mour'"]
+
+
+def test_crlf_and_whitespace_are_one_finding_per_file_with_its_lines(tmp_path: Path) -> None:
+    """A new file of CRLF lines (an HTTP test fixture, say) is one finding on its first line,
+    naming how many lines and which, not one finding a line."""
+    q = good_queue(tmp_path)
+    data = "GET / HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"
+    body = unified("tests/data/test478", "", data) + unified("vllm/util.py", UTIL, UTIL.replace("return x + 5\n", "return x + 50 \n"))
+    set_body(q, "G2-next.patch", body)
+    findings = [f for f in lint(Store(q.root)).findings if f.path.endswith("G2-next.patch")]
+    crlf = [f for f in findings if f.rule == "crlf"]
+    assert len(crlf) == 1 and crlf[0].message.startswith("4 added lines in 'tests/data/test478' end in CRLF (this one first; lines ")
+    lines = (q.root / "queue/G2-next.patch").read_bytes().split(b"\n")
+    first, last = crlf[0].message.rsplit("lines ", 1)[1].rstrip(")").split("-")
+    assert lines[crlf[0].line - 1] == b"+GET / HTTP/1.1\r" and int(first) == crlf[0].line
+    assert lines[int(last) - 1] == b"+\r"
+    assert [f.message for f in findings if f.rule == "trailing-whitespace"] == ["added line in 'vllm/util.py' ends in whitespace"]

@@ -361,19 +361,42 @@ def hunk_lines(body: bytes, first_line: int) -> Iterator[tuple[str, int, bytes, 
             new = int(match.group(2)) if match.group(2) is not None else 1
 
 
+_ADDED_LINE_RULES = {"crlf": "CRLF", "trailing-whitespace": "whitespace"}
+
+
 def _check_added_lines(view: HeaderView, allow: set[str]) -> list[Finding]:
-    out = []
+    """CRLF endings and trailing whitespace in added lines: one finding per rule and file, on
+    its first such line, with how many there are (a new protocol-data file of CRLF lines is
+    one finding, not one a line)."""
     lines = list(hunk_lines(view.body, view.body_line))
     crlf_files = {p for p, _n, tag, text in lines if tag != b"+" and text.endswith(b"\r\n")}
+    found: dict[tuple[str, str], list[int]] = {}  # (rule, file) -> patch-file lines, in order
     for path, number, tag, text in lines:
         if tag != b"+":
             continue
         if "crlf" not in allow and text.endswith(b"\r\n") and path not in crlf_files:
-            out.append(Finding(view.path, number, "crlf", f"added line in '{path}' ends in CRLF"))
+            found.setdefault(("crlf", path), []).append(number)
         content = text.rstrip(b"\r\n")
         if "trailing-whitespace" not in allow and content != content.rstrip(b" \t"):
-            out.append(Finding(view.path, number, "trailing-whitespace", f"added line in '{path}' ends in whitespace"))
-    return out
+            found.setdefault(("trailing-whitespace", path), []).append(number)
+    out = []
+    for (rule, path), numbers in found.items():
+        what = _ADDED_LINE_RULES[rule]
+        message = (f"added line in '{path}' ends in {what}" if len(numbers) == 1 else
+                   f"{len(numbers)} added lines in '{path}' end in {what} (this one first; lines {_ranges(numbers)})")
+        out.append(Finding(view.path, numbers[0], rule, message))
+    return sorted(out, key=lambda f: f.line)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """1-3, 7, 9-10 for [1, 2, 3, 7, 9, 10]."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def check_patch(view: HeaderView, *, pin_version: str | None, strip: int = 1) -> list[Finding]:
