@@ -10,6 +10,7 @@ from typing import Callable
 
 import yaml
 
+from gqueue.model.series import parse_series
 from synth import BASE_FILES, make_queue, unified
 
 PARSER = BASE_FILES["vllm/parser.py"]
@@ -70,6 +71,31 @@ def test_import_format_patch_mail_and_plain_quilt_series(tmp_path: Path) -> None
     assert q.run("series").stdout.split() == ["0001-accept-None.patch", "tweak-util.patch"]
     q.run("checkout")
     q.run("push", "--all")
+
+
+def test_import_of_a_series_keeps_its_comments_blank_lines_and_guards(tmp_path: Path) -> None:
+    """What a quilt series says besides its names comes along, in place: the lines above each
+    entry, an entry's own comment and guards, the lines after the last (a Debian series groups
+    its patches under comments); the queue's own lines stay where they were."""
+    q = make_queue(tmp_path)
+    util, config = BASE_FILES["vllm/util.py"], BASE_FILES["vllm/config.py"]
+    quilt = tmp_path / "patches"
+    quilt.mkdir()
+    (quilt / "tweak-util.patch").write_text(unified("vllm/util.py", util, util.replace("return x + 7\n", "return x + 70\n")))
+    (quilt / "p0-config.patch").write_text(unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n"))
+                                           .replace("a/vllm/", "vllm/").replace("b/vllm/", "vllm/"))
+    (quilt / "series").write_text("# Packaging patches.\ntweak-util.patch # from upstream\n\n# CVE fixes.\n"
+                                  "p0-config.patch -p0 #+security\n# end of the fixes\n")
+    q.run("import", "--series", str(quilt / "series"))
+    assert (q.root / "series").read_text() == (
+        "# test series\n# Packaging patches.\ntweak-util.patch # from upstream\n\n# CVE fixes.\n"
+        "p0-config.patch -p0 #+security\n# end of the fixes\n")
+    assert q.run("series").stdout.split() == ["tweak-util.patch", "p0-config.patch"]
+    q.run("checkout")
+    q.run("push", "--all")  # the -p0 entry applies with its strip
+    assert q.run("applied").stdout.split() == ["tweak-util.patch", "p0-config.patch"]
+    assert parse_series((q.root / "series").read_text()).entries[1].guards == ("+security",)
+    assert q.run("lint").returncode == 0
 
 
 def test_export_mbox_is_accepted_by_git_am_and_quilt_dir_round_trips(tmp_path: Path) -> None:

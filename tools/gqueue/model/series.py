@@ -66,9 +66,14 @@ class Series:
 
     def insert_many(self, position: int, names: list[str]) -> "Series":
         """A new series with ``names`` (in order) starting at entry number ``position``."""
-        for name in names:
-            if name in self:
-                raise FormatError(f"'{name}' is already in the series", path=self.path)
+        return self.insert_lines(position, [name + "\n" for name in names])
+
+    def insert_lines(self, position: int, new: list[str]) -> "Series":
+        """A new series with the lines ``new`` (entries, comments, blank lines, each ending in a
+        newline) at entry number ``position``; an entry whose name the series has is refused."""
+        for entry in parse_series("".join(new), path=self.path).entries:
+            if entry.name in self:
+                raise FormatError(f"'{entry.name}' is already in the series", path=self.path)
         lines = list(self.lines)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
@@ -78,8 +83,27 @@ class Series:
             at = self.entries[-1].line
         else:
             at = len(lines)
-        lines[at:at] = [name + "\n" for name in names]
+        lines[at:at] = new
         return parse_series("".join(lines), path=self.path)
+
+    def lines_between(self) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+        """The comment and blank lines before each entry (since the entry before it), and those
+        after the last: what a series carries besides its entries (``# parked:`` lines left out:
+        they name files of this queue)."""
+        before: list[tuple[str, ...]] = []
+        start = 0
+        for entry in self.entries:
+            before.append(self._carried(start, entry.line - 1))
+            start = entry.line
+        return before, self._carried(start, len(self.lines))
+
+    def tail_of(self, entry: SeriesEntry) -> str:
+        """What follows the first ``#`` of the entry's line, as written (its comment and guards)."""
+        return self.lines[entry.line - 1].rstrip("\r\n").partition("#")[2]
+
+    def _carried(self, start: int, end: int) -> tuple[str, ...]:
+        return tuple(line if line.endswith("\n") else line + "\n" for line in self.lines[start:end]
+                     if not _PARKED.match(line.strip()))
 
     def remove(self, name: str) -> "Series":
         entry = self.entries[self.index(name)]
@@ -114,6 +138,12 @@ class Series:
 
     def selected(self, active: set[str]) -> list[SeriesEntry]:
         return [e for e in self.entries if e.selected(active)]
+
+
+def entry_line(name: str, strip: int = 1, tail: str = "") -> str:
+    """A series line for ``name``: ``-pN`` where the strip is not 1, then ``#`` and ``tail``
+    (a comment, guards), as ``Series.tail_of`` gives it."""
+    return name + (f" -p{strip}" if strip != 1 else "") + (f" #{tail}" if tail.strip() else "") + "\n"
 
 
 def split_lines(text: str) -> list[str]:

@@ -14,7 +14,7 @@ from ..model.diff import as_p1
 from ..model.foreign import is_mbox, read_foreign, split_mbox
 from ..model.ids import distinct_ids, file_name_id, name_fits_id
 from ..model.patch import PatchFile, new_patch, parse_patch, with_fields
-from ..model.series import Series, parse_series
+from ..model.series import entry_line, parse_series
 from .engine import checked_diffs
 from .queueops import check_name, id_owners, title_from_name
 from .reporter import Reporter
@@ -43,6 +43,8 @@ class _Incoming:
     data: bytes
     first_line: int
     strip: int
+    before: tuple[str, ...] = ()  # the series' comment and blank lines above its entry
+    tail: str = ""  # its entry's comment and guards (Series.tail_of)
 
 
 def _rest(name: str) -> str:
@@ -106,8 +108,12 @@ def _to_gqueue(item: _Incoming, reporter: Reporter) -> tuple[PatchFile, str]:
     return new_patch(item.name, fields, foreign.body), foreign.kind
 
 
-def _sources(files: list[Path], series_file: Path | None, reporter: Reporter) -> list[_Incoming]:
+def _sources(files: list[Path], series_file: Path | None,
+             reporter: Reporter) -> tuple[list[_Incoming], tuple[str, ...]]:
+    """The patches to import, in order, and the series' comment and blank lines after its last
+    entry (each patch carries those above its entry, and its entry's comment)."""
     items: list[_Incoming] = []
+    trailing: tuple[str, ...] = ()
     if series_file is not None:
         text = _read_file(series_file, None)
         try:
@@ -116,15 +122,18 @@ def _sources(files: list[Path], series_file: Path | None, reporter: Reporter) ->
             line = text[: exc.start].count(b"\n") + 1
             raise FormatError("is not UTF-8 text", path=str(series_file), line=line) from None
         folder = series_file.parent
-        for entry in foreign_series.entries:
+        before, trailing = foreign_series.lines_between()
+        for entry, lines in zip(foreign_series.entries, before):
             check_name(entry.name)
             path = folder / entry.name
-            items += _split(path, _read_file(path, folder), entry.strip, reporter)
+            found = _split(path, _read_file(path, folder), entry.strip, reporter)
+            found[0] = replace(found[0], before=lines, tail=foreign_series.tail_of(entry))
+            items += found
     for path in files:
         items += _split(path, _read_file(path, None), 1, reporter)
     if not items:
         raise UsageError("nothing to import: give patch files or --series")
-    return items
+    return items, trailing
 
 
 def _settle(item: _Incoming, patch: PatchFile, kind: str, *, name: str | None, patch_id: str | None) -> tuple[PatchFile, bool]:
@@ -162,14 +171,14 @@ def _unique(patch: PatchFile, owners: dict[str, str], taken: set[str]) -> tuple[
 
 def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None = None,
                    name: str | None = None, patch_id: str | None = None) -> ImportResult:
-    items = _sources(files, series_file, ws.reporter)
+    items, trailing = _sources(files, series_file, ws.reporter)
     if (name is not None or patch_id is not None) and len(items) != 1:
         raise UsageError(f"--name and --id are for one patch; this import has {len(items)}")
     series = ws.store.read_series()
     position = len(ws.stack().applied) if ws.repo.exists() else len(series.entries)
     owners = id_owners(ws.store, series)
     taken = {e.name for e in series.entries} | {p.name for p in ws.store.queue_dir.iterdir()}
-    prepared: list[tuple[PatchFile, int, str, str]] = []
+    prepared: list[tuple[PatchFile, _Incoming, str]] = []
     seen: dict[str, str] = {}
     result = ImportResult()
     settled = []
@@ -205,16 +214,15 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
         _check_diff(patch, item, kind)
         seen[patch.name] = item.source
         owners.setdefault(patch.meta.id, patch.name)
-        prepared.append((patch, item.strip, kind, item.source))
+        prepared.append((patch, item, kind))
     before = series
-    series = series.insert_many(position, [patch.name for patch, _s, _k, _src in prepared])
-    for patch, strip, _kind, _src in prepared:
-        if strip != 1:
-            series = _with_strip(series, patch.name, strip)
-    with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _s, _k, _src in prepared)):
-        ws.store.write_patches([patch for patch, _strip, _kind, _source in prepared])
-        for patch, _strip, kind, source in prepared:
-            result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind, "source": source})
+    lines = [line for patch, item, _kind in prepared
+             for line in (*item.before, entry_line(patch.name, item.strip, item.tail))]
+    series = series.insert_lines(position, [*lines, *trailing])
+    with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _i, _k in prepared)):
+        ws.store.write_patches([patch for patch, _item, _kind in prepared])
+        for patch, item, kind in prepared:
+            result.imported.append({"name": patch.name, "id": patch.meta.id, "from": kind, "source": item.source})
         ws.store.write_series(series)
     return result
 
@@ -226,13 +234,6 @@ def _check_diff(patch: PatchFile, item: _Incoming, kind: str) -> None:
     if body and data.endswith(body):
         first += data[: len(data) - len(body)].count(b"\n")
     checked_diffs(body, where=item.path, first_line=first, strip=item.strip)
-
-
-def _with_strip(series: Series, name: str, strip: int) -> Series:
-    entry = series.entries[series.index(name)]
-    lines = list(series.lines)
-    lines[entry.line - 1] = f"{name} -p{strip}\n"
-    return parse_series("".join(lines), path=series.path)
 
 
 @dataclass
