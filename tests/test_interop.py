@@ -96,6 +96,10 @@ def test_import_of_a_series_keeps_its_comments_blank_lines_and_guards(tmp_path: 
     assert q.run("applied").stdout.split() == ["tweak-util.patch", "p0-config.patch"]
     assert parse_series((q.root / "series").read_text()).entries[1].guards == ("+security",)
     assert q.run("lint").returncode == 0
+    # and back out: the exported series is the queue's, comments and guards in place
+    (q.root / "series").write_text((q.root / "series").read_text() + "# parked: P9-later.patch\n")
+    q.run("export", "--quilt", str(tmp_path / "out"))
+    assert (tmp_path / "out" / "series").read_text() == "# test series\n" + (quilt / "series").read_text()
 
 
 def test_export_mbox_is_accepted_by_git_am_and_quilt_dir_round_trips(tmp_path: Path) -> None:

@@ -97,6 +97,11 @@ class Series:
             start = entry.line
         return before, self._carried(start, len(self.lines))
 
+    def exported_text(self) -> str:
+        """The series for a quilt folder elsewhere: every line, comments and guards with them,
+        but ``# parked:`` ones (their files stay in this queue)."""
+        return "".join(self._carried(0, len(self.lines)))
+
     def tail_of(self, entry: SeriesEntry) -> str:
         """What follows the first ``#`` of the entry's line, as written (its comment and guards)."""
         return self.lines[entry.line - 1].rstrip("\r\n").partition("#")[2]

@@ -253,7 +253,7 @@ def export_quilt(ws: Workspace, directory: Path) -> ExportResult:
         raise UsageError("export target is the queue itself")
     for patch in patches:
         atomic_write(directory / patch.name, patch.header + patch.body)
-    atomic_write(directory / "series", "".join(f"{e.name}{'' if e.strip == 1 else f' -p{e.strip}'}\n" for e in series.entries).encode())
+    atomic_write(directory / "series", series.exported_text().encode())
     return ExportResult(str(directory), [p.name for p in patches], "quilt")
 
 
