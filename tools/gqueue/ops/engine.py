@@ -145,7 +145,8 @@ def checked_diffs(body: bytes, *, where: str, first_line: int, strip: int = 1) -
         if fd.binary:
             raise UnsafePatchError(f"binary patch for '{fd.path}' is not supported", path=where, line=fd.line)
         if fd.rename:
-            raise FormatError(f"rename of '{fd.path}' in a patch is not supported; write it as delete + add", path=where, line=fd.line)
+            raise FormatError(f"rename or copy of '{fd.path}' in a patch is not supported; write it as delete + add", path=where,
+                              line=fd.line, hint="git writes it so with --no-renames: 'git format-patch --no-renames', 'git diff --no-renames'")
         for mode in (fd.old_mode, fd.new_mode):
             if mode is not None and mode not in REGULAR_MODES:
                 raise UnsafePatchError(f"patch gives '{fd.path}' mode {mode}; only regular files are allowed", path=where, line=fd.line)
