@@ -230,27 +230,6 @@ SERIES_COMMITS = [
 ]
 
 
-def test_import_of_a_mail_that_renames_a_file_says_how_git_writes_it_otherwise(tmp_path: Path) -> None:
-    """git format-patch writes a moved file as a rename; import refuses the mbox (exit 1, nothing
-    written), naming the mail's line, and says which option writes it as a delete and an add."""
-    q = make_queue(tmp_path)
-    repo, git = _upstream_repo(tmp_path, SERIES_COMMITS[:1])
-    git("mv", "vllm/util.py", "vllm/utils.py")
-    git("commit", "-qm", "Move util")
-    mbox = tmp_path / "moved.mbox"
-    mbox.write_text(git("format-patch", "--stdout", "-M", "HEAD~2"))
-    before = (q.root / "series").read_bytes()
-    proc = q.run("import", str(mbox), check=False)
-    line = next(n for n, text in enumerate(mbox.read_text().splitlines(), start=1) if text.startswith("rename from ")) - 2
-    assert proc.returncode == 1
-    assert f"{mbox}:{line}: rename or copy of 'vllm/utils.py' in a patch is not supported" in proc.stderr
-    assert "--no-renames" in proc.stderr
-    assert (q.root / "series").read_bytes() == before and not list((q.root / "queue").iterdir())
-    mbox.write_text(git("format-patch", "--stdout", "--no-renames", "HEAD~2"))
-    q.run("import", str(mbox))
-    assert q.run("series").stdout.split() == ["0001-Add-an-imported-change.patch", "0002-Move-util.patch"]
-
-
 def test_import_of_a_format_patch_series_lints_and_checks_clean(tmp_path: Path) -> None:
     """Names of format-patch files (two of one subject) keep their order; each id is what its file
     name starts with, so lint and check pass; the author's RFC 2047 name is decoded."""

@@ -53,11 +53,17 @@ class FileDiff:
     binary: bool = False
     old_index: str | None = None
     new_index: str | None = None
-    rename: bool = False
+    rename: bool = False  # git's 'rename from'/'rename to': old_path goes, new_path gets its text
+    copy: bool = False  # git's 'copy from'/'copy to': new_path gets old_path's text, which stays
 
     @property
     def path(self) -> str:
         return self.new_path or self.old_path or ""
+
+    @property
+    def source(self) -> str:
+        """The file whose text the hunks apply to: old_path for a rename or copy, else ``path``."""
+        return (self.old_path or self.path) if self.rename or self.copy else self.path
 
     @property
     def is_new(self) -> bool:
@@ -70,7 +76,7 @@ class FileDiff:
     def reversed(self) -> "FileDiff":
         return FileDiff(
             self.new_path, self.old_path, tuple(h.reversed() for h in self.hunks), self.line,
-            self.new_mode, self.old_mode, self.binary, self.new_index, self.old_index, self.rename,
+            self.new_mode, self.old_mode, self.binary, self.new_index, self.old_index, self.rename, self.copy,
         )
 
 
@@ -171,7 +177,7 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                         meta.setdefault("old_mode", _mode(fields[1], path, here))
                         meta.setdefault("new_mode", _mode(fields[1], path, here))
                 elif ext.startswith((b"rename from ", b"rename to ", b"copy from ", b"copy to ")):
-                    meta["rename"] = True
+                    meta["rename" if ext.startswith(b"rename") else "copy"] = True
                     side = "rename_from" if ext.startswith((b"rename from ", b"copy from ")) else "rename_to"
                     meta[side] = ext.split(b" ", 2)[2].decode("utf-8", "replace")
                 elif ext.startswith(b"Binary files ") or ext == b"GIT binary patch":
@@ -181,9 +187,12 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                 else:
                     break
                 i += 1
-            if i < n and lines[i].startswith(b"@@ ") and not (meta.get("binary") or meta.get("rename")):
+            moved = bool(meta.get("rename") or meta.get("copy"))
+            if moved and meta.get("rename") and meta.get("copy"):
+                raise FormatError("a file header says both 'rename' and 'copy'", path=path, line=lineno(start))
+            if i < n and lines[i].startswith(b"@@ ") and not meta.get("binary"):
                 raise FormatError("hunk without the '---' and '+++' lines of its file", path=path, line=lineno(i))
-            if meta.get("binary") or meta.get("rename") or i >= n or not lines[i].startswith(b"--- "):
+            if meta.get("binary") or i >= n or not lines[i].startswith(b"--- "):
                 old, new = _git_header_names(line[11:].rstrip(b"\r\n"), strip, _s(meta, "rename_from"),
                                              _s(meta, "rename_to"), path=path, line=lineno(start))
                 if meta.get("new") and meta.get("deleted"):
@@ -192,12 +201,13 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                     FileDiff(
                         None if meta.get("new") else old, None if meta.get("deleted") else new, (), lineno(start),
                         _s(meta, "old_mode"), _s(meta, "new_mode"), bool(meta.get("binary")),
-                        _s(meta, "old_index"), _s(meta, "new_index"), bool(meta.get("rename")),
+                        _s(meta, "old_index"), _s(meta, "new_index"), bool(meta.get("rename")), bool(meta.get("copy")),
                     )
                 )
                 continue
         if i + 1 >= n or not lines[i + 1].startswith(b"+++ "):
             raise FormatError("'---' line not followed by '+++'", path=path, line=lineno(i))
+        dashes = i
         old_path = _strip(lines[i][4:], strip, path=path, line=lineno(i))
         new_path = _strip(lines[i + 1][4:], strip, path=path, line=lineno(i + 1))
         if old_path is None and new_path is None:
@@ -212,12 +222,15 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                     f"hunk line counts lie: the header says {hunk.old_len} old and {hunk.new_len} new lines, "
                     "but more hunk lines follow", path=path, line=lineno(i),
                 )
-        if not hunks and not (meta.get("new") or meta.get("deleted")):
+        if not hunks and not (meta.get("new") or meta.get("deleted") or meta.get("rename") or meta.get("copy")):
             raise FormatError("file header without hunks", path=path, line=lineno(start))
+        if (meta.get("rename") or meta.get("copy")) and (old_path is None or new_path is None or old_path == new_path):
+            raise FormatError("a rename or copy needs two different file names on its '---' and '+++' lines",
+                              path=path, line=lineno(dashes))
         files.append(
             FileDiff(
                 old_path, new_path, tuple(hunks), lineno(start), _s(meta, "old_mode"), _s(meta, "new_mode"),
-                False, _s(meta, "old_index"), _s(meta, "new_index"), False,
+                False, _s(meta, "old_index"), _s(meta, "new_index"), bool(meta.get("rename")), bool(meta.get("copy")),
             )
         )
     return files

@@ -104,6 +104,9 @@ class SeriesRun:
         old_changes: dict[str, Change] = {}
         merges: list[FileMerge] = []
         for fd in file_diffs(patch, strip):
+            if fd.source != fd.path:
+                self._moved(patch, fd, hunks, changes, old_changes, merges)
+                continue
             old_cur = old_changes[fd.path] if fd.path in old_changes else self.old.get(fd.path)
             new_cur = changes[fd.path] if fd.path in changes else self.new.get(fd.path)
             self._file(patch, fd, old_cur, new_cur, hunks, changes, old_changes, merges)
@@ -127,10 +130,12 @@ class SeriesRun:
     def advance_old(self, patch: PatchFile, strip: int = 1) -> None:
         """Apply ``patch`` on the old side only (a rebase resuming after earlier patches)."""
         for fd in file_diffs(patch, strip):
-            cur = self.old.get(fd.path)
+            cur = self.old.get(fd.source)
             after = apply_hunks(cur[1] if cur else b"", fd).new
             if after is not None:
                 self.old.set(fd.path, None if fd.is_delete else (fd.new_mode or (cur[0] if cur else "100644"), after))
+                if fd.rename:
+                    self.old.set(fd.source, None)
 
     def mark_failed(self, patch: PatchFile, strip: int = 1) -> None:
         """``patch`` is left out on the new side (a rebase skipped it): what needs it is blocked."""
@@ -138,7 +143,7 @@ class SeriesRun:
         if patch.meta.id:
             self.failed[patch.meta.id] = patch.name
         for fd in file_diffs(patch, strip):
-            self._remember_missing(patch, fd.path, fd.hunks)
+            self._remember_missing(patch, fd.source, fd.hunks)
 
     def _required_failure(self, patch: PatchFile) -> str | None:
         for need in patch.meta.requires:
@@ -172,6 +177,45 @@ class SeriesRun:
             changes[path] = None if fd.is_delete and not result.strip() else (fd.new_mode or mode, result)
         if merge is not None:
             merges.append(merge)
+
+    def _moved(self, patch: PatchFile, fd: FileDiff, hunks: list[d.HunkReport], changes: dict[str, Change],
+               old_changes: dict[str, Change], merges: list[FileMerge]) -> None:
+        """A rename or copy: its hunks change the source file's text (and are reported under the
+        source's name), which then goes to the new name. Where the source is not on the new pin,
+        or the new name is taken there, one file-level report says so; where a hunk does not
+        land, the source keeps the merge and nothing moves."""
+        src, dst = fd.source, fd.path
+        how = "renamed" if fd.rename else "copied"
+        in_place = replace(fd, new_path=src, rename=False, copy=False)
+        old_cur = old_changes[src] if src in old_changes else self.old.get(src)
+        if old_cur is not None:
+            old_after = apply_hunks(old_cur[1], in_place).new
+            if old_after is not None:
+                old_changes[dst] = (fd.new_mode or old_cur[0], old_after)
+                if fd.rename:
+                    old_changes[src] = None
+        new_cur = changes[src] if src in changes else self.new.get(src)
+        taken = changes[dst] if dst in changes else self.new.get(dst)
+        if new_cur is None or taken is not None:
+            detail = (f"the file it is {how} from is not on the new pin" if new_cur is None
+                      else f"the new pin already has {dst}, the file it is {how} to")
+            hunks.append(d.HunkReport(src, 0, d.FILE_MISSING if new_cur is None else d.CONFLICT, fd.line, detail=detail))
+            if new_cur is None:
+                self._remember_missing(patch, src, fd.hunks)
+            return
+        refuse_kind_clash(self.new, changes, fd, f"queue/{patch.name}")  # as push refuses it
+        mode, text = new_cur
+        reports, result, merge = self._hunks(patch, in_place, src, old_cur[1] if old_cur else None, text)
+        note = f"{how} to {dst}"
+        hunks.extend(replace(r, detail=f"{r.detail}; {note}" if r.detail else note) for r in reports)
+        if merge is not None:
+            merges.append(merge)
+            if result is not None and result != text:
+                changes[src] = (mode, result)
+            return
+        changes[dst] = (fd.new_mode or mode, result if result is not None else text)
+        if fd.rename:
+            changes[src] = None
 
     def _new_file(self, fd: FileDiff, new_cur: Change, hunks: list[d.HunkReport], changes: dict[str, Change]) -> None:
         content = apply_hunks(b"", fd).new or b""

@@ -144,9 +144,6 @@ def checked_diffs(body: bytes, *, where: str, first_line: int, strip: int = 1) -
                 check_path(p, where=where, line=fd.line, mode=mode)
         if fd.binary:
             raise UnsafePatchError(f"binary patch for '{fd.path}' is not supported", path=where, line=fd.line)
-        if fd.rename:
-            raise FormatError(f"rename or copy of '{fd.path}' in a patch is not supported; write it as delete + add", path=where,
-                              line=fd.line, hint="git writes it so with --no-renames: 'git format-patch --no-renames', 'git diff --no-renames'")
         for mode in (fd.old_mode, fd.new_mode):
             if mode is not None and mode not in REGULAR_MODES:
                 raise UnsafePatchError(f"patch gives '{fd.path}' mode {mode}; only regular files are allowed", path=where, line=fd.line)
@@ -159,10 +156,11 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
     result = PatchResult(patch.name, patch.meta.id)
     pending: dict[str, tuple[str, bytes] | None] = {}
     for fd in file_diffs(patch, strip):
-        link = view.symlink_on_path(fd.path)
-        if link is not None:
-            raise UnsafePatchError(f"patch writes '{fd.path}' through the symbolic link '{link}'", path=where, line=fd.line)
-        current = pending[fd.path] if fd.path in pending else view.get(fd.path)
+        for path in dict.fromkeys((fd.path, fd.source)):
+            link = view.symlink_on_path(path)
+            if link is not None:
+                raise UnsafePatchError(f"patch writes '{path}' through the symbolic link '{link}'", path=where, line=fd.line)
+        current = pending[fd.source] if fd.source in pending else view.get(fd.source)
         if fd.is_new:
             if current is not None:
                 result.files.append(FileResult(fd.path, Status.FILE_EXISTS, (), fd.line))
@@ -173,8 +171,13 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             result.files.append(FileResult(fd.path, Status.CLEAN, outcome.hunks, fd.line))
             continue
         if current is None:
-            result.files.append(FileResult(fd.path, Status.FILE_MISSING, (), fd.line))
+            result.files.append(FileResult(fd.source, Status.FILE_MISSING, (), fd.line))
             continue
+        if fd.source != fd.path:  # a rename or copy: its text goes to a file that is not there yet
+            if (pending[fd.path] if fd.path in pending else view.get(fd.path)) is not None:
+                result.files.append(FileResult(fd.path, Status.FILE_EXISTS, (), fd.line))
+                continue
+            refuse_kind_clash(view, pending, fd, where)
         mode, data = current
         outcome = apply_hunks(data, fd, max_fuzz=max_fuzz)
         if outcome.new is None:
@@ -189,6 +192,8 @@ def apply_patch(view: TreeView, patch: PatchFile, *, strip: int = 1, max_fuzz: i
             pending[fd.path] = None
         else:
             pending[fd.path] = (fd.new_mode or mode, outcome.new)
+            if fd.rename:
+                pending[fd.source] = None
         result.files.append(FileResult(fd.path, status, outcome.hunks, fd.line))
     if result.ok or max_fuzz:
         result.changes = pending
@@ -223,4 +228,6 @@ def touched_paths(patches: Iterable[PatchFile]) -> set[str]:
         for line in patch.body.splitlines():
             if line.startswith((b"--- a/", b"+++ b/")):
                 paths.add(line[6:].split(b"\t", 1)[0].decode("utf-8", "surrogateescape"))
+            elif line.startswith((b"rename from ", b"copy from ")):  # a rename's source, which may have no '---' line
+                paths.add(line.split(b" ", 2)[2].decode("utf-8", "surrogateescape"))
     return paths

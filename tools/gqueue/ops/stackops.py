@@ -426,7 +426,8 @@ def refresh(ws: Workspace, *, force: bool = False) -> RefreshResult:
     if forced_push:
         _remove_rejects(ws)
     tree = ws.repo.stage_all()
-    body = ws.repo.diff_tree_to_tree(parent, tree, strip=strip)  # in the -pN the series gives it
+    moves = any(fd.source != fd.path for fd in file_diffs(patch, strip))  # a patch that renames keeps renaming
+    body = ws.repo.diff_tree_to_tree(parent, tree, strip=strip, moves=moves)  # in the -pN the series gives it
     files = sorted({fd.path for fd in _require_pushable(body, strip)})  # mode-only changes too
     new_patch = with_body(patch, body)
     unchanged = format_patch(new_patch) == format_patch(patch) and tree == top.tree and top.diff_digest == diff_digest(patch)

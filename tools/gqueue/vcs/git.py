@@ -539,10 +539,15 @@ class WorkRepo:
         self._messages[sha] = message
         return sha
 
-    def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False, strip: int = 1) -> bytes:
+    def diff_tree_to_tree(self, old: str, new_tree: str, *, binary: bool = False, strip: int = 1,
+                          moves: bool = False) -> bytes:
         """``binary``: binary files as git's binary patches (a saved copy 'git apply' restores);
-        ``strip``: as for ``diff``."""
-        return self.run("diff", *diff_options(strip), *(("--binary",) if binary else ()), old, new_tree)
+        ``strip``: as for ``diff``; ``moves``: renames and copies written as such (git's -M and
+        -C, copies from any file of the tree), not as a delete and an add."""
+        options = diff_options(strip)
+        if moves:
+            options = tuple(o for o in options if o != "--no-renames") + ("-M", "-C", "--find-copies-harder")
+        return self.run("diff", *options, *(("--binary",) if binary else ()), old, new_tree)
 
     # three-way merges and batched diffs (check / rebase) ---------------------------
     def merge_file(self, ours: bytes, base: bytes, theirs: bytes,
