@@ -102,6 +102,36 @@ def test_import_of_a_series_keeps_its_comments_blank_lines_and_guards(tmp_path: 
     assert (tmp_path / "out" / "series").read_text() == "# test series\n" + (quilt / "series").read_text()
 
 
+def test_import_of_a_series_keeps_entry_names_with_folders_and_other_endings(tmp_path: Path) -> None:
+    """A quilt series names its files as it likes: debian/NAME.patch in a folder (systemd), a
+    format-patch mail saved as CVE-....diff (python3.11); import keeps those names, and the
+    variants' folder stays reserved."""
+    q = make_queue(tmp_path)
+    util, config = BASE_FILES["vllm/util.py"], BASE_FILES["vllm/config.py"]
+    quilt = tmp_path / "patches"
+    (quilt / "debian").mkdir(parents=True)
+    (quilt / "debian" / "Use-debian-paths.patch").write_text(unified("vllm/util.py", util, util.replace("return x + 7\n", "return x + 70\n")))
+    (quilt / "CVE-2024-0397.diff").write_text(
+        "From 01c37f1d0714f5822d34063ca7180b595abf589d Mon Sep 17 00:00:00 2001\nFrom: A U Thor <a@example.org>\n"
+        "Date: Tue, 20 Feb 2024 17:34:44 +0100\nSubject: [PATCH] Fix locking\n\nWhy.\n---\n"
+        + unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n")))
+    (quilt / "series").write_text("debian/Use-debian-paths.patch\nCVE-2024-0397.diff\n")
+    q.run("import", "--series", str(quilt / "series"))
+    assert (q.root / "series").read_text() == "# test series\ndebian/Use-debian-paths.patch\nCVE-2024-0397.diff\n"
+    assert _header(q.root / "queue/debian/Use-debian-paths.patch")["id"] == "Use"
+    assert _header(q.root / "queue/CVE-2024-0397.diff")["title"] == "Fix locking"
+    q.run("checkout")
+    q.run("push", "--all")
+    assert q.run("lint").returncode == 0
+    q.run("export", "--quilt", str(tmp_path / "out"))
+    assert (tmp_path / "out" / "debian" / "Use-debian-paths.patch").is_file()
+    (quilt / "variants").mkdir()
+    (quilt / "variants" / "x.patch").write_text(DIFF)
+    (quilt / "series").write_text("variants/x.patch\n")
+    proc = q.run("import", "--series", str(quilt / "series"), check=False)
+    assert proc.returncode == 2 and "'variants/x.patch' is not a valid patch name" in proc.stderr
+
+
 def test_export_mbox_is_accepted_by_git_am_and_quilt_dir_round_trips(tmp_path: Path) -> None:
     q = make_queue(tmp_path)
     q.write_patch("P15-none.patch", DIFF, extra="author: Jane Doe <jane@example.org>\n")

@@ -52,6 +52,12 @@ def _rest(name: str) -> str:
     return name.split("-", 1)[1] if "-" in name else name
 
 
+def _with_id_part(name: str, new_id: str, tail: str) -> str:
+    """``name`` (a quilt series may give it a folder) with its file name made ``new_id`` + ``tail``."""
+    folder, _slash, _base = name.rpartition("/")
+    return f"{folder}/{new_id}{tail}" if folder else f"{new_id}{tail}"
+
+
 def _mail_name(number: int, title: str) -> str:
     """A file name as git format-patch makes one: NNNN-Subject-words.patch."""
     slug = _SLUG_JUNK.sub("-", title).strip("-.")
@@ -74,12 +80,14 @@ def _read_file(path: Path, folder: Path | None) -> bytes:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _split(path: Path, data: bytes, strip: int, reporter: Reporter) -> list[_Incoming]:
+def _split(path: Path, data: bytes, strip: int, reporter: Reporter, *, entry: str | None = None) -> list[_Incoming]:
     """One patch per mail of an mbox, named as format-patch names them (a mail with no diff, such
-    as a cover letter, skipped with a note), or the file as one patch under its own name."""
+    as a cover letter, skipped with a note), or the file as one patch under its own name: a
+    series ``entry``'s name (its folder with it), or a file's own name where it ends in
+    ``.patch``."""
     mails = split_mbox(data)
-    if len(mails) == 1 and (path.name.endswith(".patch") or not is_mbox(data)):
-        return [_Incoming(path.name, str(path), str(path), data, 1, strip)]  # format-patch's own file, or no mail
+    if len(mails) == 1 and (entry is not None or path.name.endswith(".patch") or not is_mbox(data)):
+        return [_Incoming(entry or path.name, str(path), str(path), data, 1, strip)]  # format-patch's own file, or no mail
     out: list[_Incoming] = []
     for line, mail in mails:
         foreign = read_foreign(mail)
@@ -124,9 +132,9 @@ def _sources(files: list[Path], series_file: Path | None,
         folder = series_file.parent
         before, trailing = foreign_series.lines_between()
         for entry, lines in zip(foreign_series.entries, before):
-            check_name(entry.name)
+            check_name(entry.name, folders=True)
             path = folder / entry.name
-            found = _split(path, _read_file(path, folder), entry.strip, reporter)
+            found = _split(path, _read_file(path, folder), entry.strip, reporter, entry=entry.name)
             found[0] = replace(found[0], before=lines, tail=foreign_series.tail_of(entry))
             items += found
     for path in files:
@@ -147,8 +155,8 @@ def _settle(item: _Incoming, patch: PatchFile, kind: str, *, name: str | None, p
                          hint="give a name that starts with the id, or --id that the name starts with")
     new_name = name or item.name
     if chosen is not None and not name_fits_id(new_name, chosen):
-        new_name = f"{chosen}-{_rest(item.name)}"
-    check_name(new_name)
+        new_name = _with_id_part(item.name, chosen, "-" + _rest(item.name.rpartition("/")[2]))
+    check_name(new_name, folders=True)
     new_id = chosen if chosen is not None else file_name_id(new_name)
     if new_id != patch.meta.id or new_name != patch.name:
         patch = with_fields(replace(patch, name=new_name), {"id": new_id})
@@ -162,10 +170,10 @@ def _unique(patch: PatchFile, owners: dict[str, str], taken: set[str]) -> tuple[
     if owner is None:
         return patch, None
     old_id, n = patch.meta.id, 2
-    tail = patch.name[len(old_id):]  # the name starts with the id: '-words.patch' or '.patch'
-    while f"{old_id}_{n}" in owners or f"{old_id}_{n}{tail}" in taken:
+    tail = patch.name.rpartition("/")[2][len(old_id):]  # the file name starts with the id: '-words.patch' or '.patch'
+    while f"{old_id}_{n}" in owners or _with_id_part(patch.name, f"{old_id}_{n}", tail) in taken:
         n += 1
-    new_id, new_name = f"{old_id}_{n}", f"{old_id}_{n}{tail}"
+    new_id, new_name = f"{old_id}_{n}", _with_id_part(patch.name, f"{old_id}_{n}", tail)
     return with_fields(replace(patch, name=new_name), {"id": new_id}), owner
 
 
@@ -177,13 +185,14 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
     series = ws.store.read_series()
     position = len(ws.stack().applied) if ws.repo.exists() else len(series.entries)
     owners = id_owners(ws.store, series)
-    taken = {e.name for e in series.entries} | {p.name for p in ws.store.queue_dir.iterdir()}
+    queue_dir = ws.store.queue_dir
+    taken = {e.name for e in series.entries} | {p.relative_to(queue_dir).as_posix() for p in queue_dir.rglob("*")}
     prepared: list[tuple[PatchFile, _Incoming, str]] = []
     seen: dict[str, str] = {}
     result = ImportResult()
     settled = []
     for item in items:
-        check_name(item.name)
+        check_name(item.name, folders=True)
         patch, kind = _to_gqueue(item, ws.reporter)
         settled.append((item, kind, *_settle(item, patch, kind, name=name, patch_id=patch_id)))
     # the patches whose id comes from their file name: one each keeps the name (see distinct_ids)

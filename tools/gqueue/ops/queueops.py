@@ -12,6 +12,7 @@ from ..model.ids import file_name_id, name_fits_id, stem
 from ..model.patch import HEADER_END, HEADER_START, PatchFile, format_patch, new_patch, parse_patch, with_fields
 from ..model.pin import format_pin_line, parse_pins, pin_from_spec
 from ..model.series import Series
+from ..model.variants import VARIANTS
 from ..store import PIN, QUEUE, SERIES, Store
 from ..vcs.worktree import write_edits
 from .engine import TreeView, apply_patch, touched_paths
@@ -54,9 +55,14 @@ def init(directory: Path, pin_spec: str, *, record: bool = True) -> InitResult:
     return InitResult(str(directory), pin.describe())
 
 
-def check_name(name: str) -> None:
-    if not _NAME.match(name) or name.endswith(".") or "/" in name:
-        raise UsageError(f"'{name}' is not a valid patch name (letters, digits, '.', '_', '-', '+', '@')")
+def check_name(name: str, *, folders: bool = False) -> None:
+    """Refuse a patch name of other characters than letters, digits, '.', '_', '-', '+', '@';
+    ``folders``: a quilt series' ``FOLDER/NAME`` too (every part so spelled; ``variants/`` is
+    the variants' folder)."""
+    parts = name.split("/") if folders else [name]
+    if any(not _NAME.match(part) or part.endswith(".") for part in parts) or (len(parts) > 1 and parts[0] == VARIANTS):
+        allowed = "letters, digits, '.', '_', '-', '+', '@'" + (", in folders other than variants/" if folders else "")
+        raise UsageError(f"'{name}' is not a valid patch name ({allowed})")
 
 
 def title_from_name(name: str) -> str:
