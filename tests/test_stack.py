@@ -377,3 +377,26 @@ def test_header_edit_refuses_a_closing_line_inside_and_bytes_that_are_not_utf8(t
         proc = q.run("header", "--edit", "P1-a.patch", check=False, env={"GQUEUE_EDITOR": f"python3 {editor}"})
         assert proc.returncode == 1 and message in proc.stderr and f":{line}: " in proc.stderr, proc.stderr
         assert (q.root / "queue/P1-a.patch").read_bytes() == before
+
+
+def test_the_work_tree_holds_the_pins_bytes_whatever_its_gitattributes_say(tmp_path: Path) -> None:
+    """A tree whose .gitattributes converts line endings (git's own source: '*.bat eol=crlf',
+    with CRLF in the archive) reads as unchanged after a checkout, even when git re-reads every
+    file, and its files are the archive's bytes."""
+    import subprocess
+
+    files = {**BASE_FILES, ".gitattributes": "*.bat eol=crlf\n*.txt text\n", "tools/run.bat": "echo a\r\necho b\r\n",
+             "notes.txt": "one\r\ntwo\r\n"}
+    q = make_queue(tmp_path, files)
+    q.write_patch("A1-a.patch", unified("vllm/util.py", BASE_FILES["vllm/util.py"],
+                                        _edit(BASE_FILES["vllm/util.py"], "return x + 7\n", "return x + 70\n")))
+    q.set_series("A1-a.patch")
+    q.run("checkout")
+    git = ["git", "-C", str(q.work)]
+    subprocess.run([*git, "update-index", "-q", "--really-refresh"], capture_output=True)
+    assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+    assert (q.work / "tools/run.bat").read_bytes() == b"echo a\r\necho b\r\n"
+    assert (q.work / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"
+    q.run("push")
+    q.run("pop")
+    assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == ""

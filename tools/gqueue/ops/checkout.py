@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from ..errors import StateError
@@ -17,6 +18,16 @@ from .workspace import Workspace, base_ref
 
 SETTLE_FROM = 1000  # files; re-reading a smaller tree's racy entries costs less than the wait
 EXCLUDES = "# gqueue\n__pycache__/\n*.py[cod]\n*.so\n*.egg-info/\n/build/\n"
+# the files are the pin's bytes: no .gitattributes of the tree converts them on checkout, add or
+# status (a git source's '*.bat eol=crlf' with CRLF blobs read as changed once git re-read them)
+ATTRIBUTES = "# gqueue\n* -text -eol -crlf -filter -ident -working-tree-encoding\n"
+
+
+def set_up_info(git_dir: Path) -> None:
+    """The work tree's own ignores and attributes (.git/info/exclude and attributes)."""
+    (git_dir / "info").mkdir(parents=True, exist_ok=True)
+    (git_dir / "info" / "exclude").write_text(EXCLUDES)
+    (git_dir / "info" / "attributes").write_text(ATTRIBUTES)
 
 
 @dataclass(frozen=True)
@@ -70,8 +81,7 @@ def checkout(ws: Workspace) -> CheckoutResult:
     if created:
         fetch_base(pin, meter=ws.reporter.meter, live=ws.reporter.live)  # fetch and verify first: a refused download leaves no empty work/
         ws.repo.init()
-        (ws.repo.git_dir / "info").mkdir(exist_ok=True)
-        (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
+        set_up_info(ws.repo.git_dir)
     commit, files = import_pin(ws, pin)
     head = ws.repo.head()
     if head is not None and not ws.repo.is_ancestor(commit, head):

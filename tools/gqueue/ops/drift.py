@@ -16,7 +16,7 @@ from ..model.pin import Pin, pin_from_spec
 from ..model.series import SeriesEntry
 from ..model.variants import Resolution
 from ..upstream.resolve import record_hashes
-from .checkout import EXCLUDES, import_pin
+from .checkout import import_pin, set_up_info
 from .drift_engine import SeriesRun
 from .engine import file_diffs
 from .lint import lint
@@ -45,8 +45,7 @@ def ensure_repo(ws: Workspace) -> None:
     if ws.repo.exists():
         return
     ws.repo.init()
-    (ws.repo.git_dir / "info").mkdir(exist_ok=True)
-    (ws.repo.git_dir / "info" / "exclude").write_text(EXCLUDES)
+    set_up_info(ws.repo.git_dir)
 
 
 def pin_commit(ws: Workspace, pin: Pin) -> str:

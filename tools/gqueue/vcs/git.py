@@ -452,7 +452,7 @@ class WorkRepo:
         listed = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
         out = self.run("check-attr", "-z", "--stdin", *CONTENT_ATTRIBUTES, input=listed)
         values = out.split(b"\0")[2::3]
-        return all(v == b"unspecified" for v in values)
+        return all(v in (b"unspecified", b"unset") for v in values)
 
     def switch_tree_forced(self, old: str, new: str) -> None:
         """Move index and files from commit ``old`` to ``new``, overwriting local edits in the
