@@ -85,14 +85,17 @@ def test_a_hard_linked_file_is_replaced_not_written_through(tmp_path: Path) -> N
     assert_tree_matches_head(q.work)
 
 
-def test_content_attributes_leave_the_checkout_to_git(tmp_path: Path) -> None:
+def test_content_attributes_of_the_tree_convert_nothing(tmp_path: Path) -> None:
+    """work/ holds the pin's bytes (work/.git/info/attributes): a tree's 'eol=crlf' converts
+    neither the checkout nor what a push writes."""
     files = dict(BASE_FILES, **{".gitattributes": "*.txt eol=crlf\n", "notes.txt": "one\n"})
     q = make_queue(tmp_path, files)
     q.write_patch("A1-notes.patch", unified("notes.txt", "one\n", "one\ntwo\n"))
     q.set_series("A1-notes.patch")
     q.run("checkout")
+    assert (q.work / "notes.txt").read_bytes() == b"one\n"
     q.run("push")
-    assert (q.work / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"  # git's conversion, as a checkout does
+    assert (q.work / "notes.txt").read_bytes() == b"one\ntwo\n"  # the patch's bytes, as its blob holds them
     assert git(q.work, "status", "--porcelain") == ""
 
 

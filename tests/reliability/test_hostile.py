@@ -46,7 +46,7 @@ PATCH_CASES: dict[str, tuple[int, str, str]] = {
     "minus-without-plus.patch": (1, "bad-format", "not followed by '+++'"),
     "no-hunks.patch": (1, "bad-format", "without hunks"),
     "quoted-name.patch": (1, "bad-format", "quoted file names"),
-    "rename.patch": (1, "bad-format", "rename"),
+    "rename.patch": (1, "unsafe-patch", "outside the tree"),
     "missing-target.patch": (3, "conflict", "vllm/nope.py [file-missing]"),
     "existing-target.patch": (3, "conflict", "README.md [file-exists]"),
     "empty.patch": (1, "bad-format", "no gqueue header"),

@@ -85,8 +85,8 @@ PATCHES: dict[str, bytes] = {
     "quoted-name.patch": header("H22", "quoted file name") + (
         'diff --git "a/vllm/x y.py" "b/vllm/x y.py"\nnew file mode 100644\n--- /dev/null\n+++ "b/vllm/x y.py"\n'
         "@@ -0,0 +1 @@\n+X = 1\n").encode(),
-    "rename.patch": header("H23", "rename") + (
-        "diff --git a/README.md b/README2.md\nsimilarity index 100%\nrename from README.md\nrename to README2.md\n").encode(),
+    "rename.patch": header("H23", "rename") + (  # a rename out of the tree
+        "diff --git a/README.md b/../README2.md\nsimilarity index 100%\nrename from README.md\nrename to ../README2.md\n").encode(),
     "missing-target.patch": header("H24", "changes a file that does not exist") + (
         "--- a/vllm/nope.py\n+++ b/vllm/nope.py\n@@ -1 +1 @@\n-a\n+b\n").encode(),
     "existing-target.patch": header("H25", "creates a file that exists") + new_file("README.md", ["again"]),
