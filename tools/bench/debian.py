@@ -105,6 +105,9 @@ def median(values: list[float]) -> float:
 def bench(package: str, cache: Path, sources: str, rounds: int, tmp: Path) -> str:
     folder, files = source_files(sources, package)
     orig = next(n for n in files if re.search(r"\.orig\.tar\.[a-z0-9]+$", n))
+    components = [n for n in files if re.search(r"\.orig-[^.]+\.tar\.[a-z0-9]+$", n)]
+    if components:  # more than one tree to unpack: one pin archive cannot stand for them
+        raise Unavailable(f"its source has component tarballs ({', '.join(components)})")
     debian = next(n for n in files if re.search(r"\.debian\.tar\.[a-z0-9]+$", n))
     orig_path = fetch(f"{MIRROR}/{folder}/{orig}", cache / orig, files[orig])
     debian_path = fetch(f"{MIRROR}/{folder}/{debian}", cache / debian, files[debian])
