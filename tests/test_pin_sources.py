@@ -10,6 +10,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from synth import BASE_FILES, Queue, make_sdist, sha256
 
 
@@ -53,7 +55,9 @@ def _upstream_repo(tmp_path: Path) -> tuple[Path, str, str]:
 # --- archives -----------------------------------------------------------------------------------
 
 
-def test_a_debian_orig_tarball_gives_its_name_and_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["9.2p1", "2.5.13+dfsg"])
+def test_a_debian_orig_tarball_gives_its_name_and_version(tmp_path: Path, version: str) -> None:
+    """Its URL as Path.as_uri() writes it: '+' spelled %2B (openldap_2.5.13+dfsg.orig.tar.xz)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, text in BASE_FILES.items():
@@ -61,12 +65,13 @@ def test_a_debian_orig_tarball_gives_its_name_and_version(tmp_path: Path) -> Non
             info = tarfile.TarInfo(f"openssh-9.2p1/{name}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    archive = tmp_path / "dl" / "openssh_9.2p1.orig.tar.xz"
+    archive = tmp_path / "dl" / f"openssh_{version}.orig.tar.xz"
     archive.parent.mkdir()
     archive.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ))
+    assert ("%2B" in archive.as_uri()) == ("+" in version)
     q = _queue(tmp_path, f"pin {archive.as_uri()}#sha256={sha256(archive)}")
     [row] = _pins(q)
-    assert (row["kind"], row["project"], row["version"]) == ("archive", "openssh", "9.2p1")
+    assert (row["kind"], row["project"], row["version"]) == ("archive", "openssh", version)
     assert row["identity"] == f"sha256:{sha256(archive)}"
     q.run("checkout")
     assert (q.work / "vllm" / "parser.py").read_text() == BASE_FILES["vllm/parser.py"]

@@ -13,6 +13,7 @@ matrix.
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
@@ -157,7 +158,7 @@ def parse_source(source: str, *, options: dict[str, str] | None = None, path: st
         if source.startswith(("/", "./", "../")):
             url = "file://" + source if source.startswith("/") else source
         location = source.split("#", 1)[0]
-        filename = location.rstrip("/").rsplit("/", 1)[-1]
+        filename = unquote(location.rstrip("/").rsplit("/", 1)[-1])  # file:///x/a%2Bdfsg.tar.xz names a+dfsg
         match = _ARCHIVE.match(filename) or _DEBIAN.match(filename)
         github = _GITHUB.match(location)
         project = options.get("project") or (match.group("stem").replace("_", "-").lower() if match else None)

@@ -9,6 +9,7 @@ import stat
 import tempfile
 import urllib.error
 import urllib.request
+from urllib.parse import unquote
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
@@ -128,7 +129,7 @@ def fetch(url: str, sha256: str, filename: str, *, where: str, meter: MeterFacto
     try:
         with os.fdopen(fd, "wb") as out:
             if url.startswith("file://") or "://" not in url:
-                source = Path(url[len("file://") :] if url.startswith("file://") else url)
+                source = Path(unquote(url[len("file://") :]) if url.startswith("file://") else url)
                 try:
                     handle = source.open("rb")
                 except OSError as exc:

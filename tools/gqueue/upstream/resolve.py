@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+from urllib.parse import unquote
 
 from ..errors import FormatError, GqueueError, IntegrityError, NetworkError
 from ..model.pin import Pin
@@ -26,7 +27,7 @@ def sdist_path(pin: Pin, *, meter: MeterFactory = null_meter) -> Path:
         raise FormatError(f"{pin.describe()} is a git commit, not an archive", path="vendor-pin.txt", line=pin.line)
     if pin.url is not None:
         location = pin.url.split("#", 1)[0]
-        filename = location.rstrip("/").rsplit("/", 1)[-1]
+        filename = unquote(location.rstrip("/").rsplit("/", 1)[-1])
         assert sha is not None  # parse_source insists on it
         return cache.fetch(location, sha, filename, where=_where(pin), meter=meter)
     return _from_index(pin, "sdist", sha, f"{pin.project}-{pin.version}.tar.gz", index.find_sdist, meter)
