@@ -85,11 +85,11 @@ def test_import_of_a_series_keeps_its_comments_blank_lines_and_guards(tmp_path: 
     (quilt / "p0-config.patch").write_text(unified("vllm/config.py", config, config.replace("OPTION_3 = 3\n", "OPTION_3 = 33\n"))
                                            .replace("a/vllm/", "vllm/").replace("b/vllm/", "vllm/"))
     (quilt / "series").write_text("# Packaging patches.\ntweak-util.patch # from upstream\n\n# CVE fixes.\n"
-                                  "p0-config.patch -p0 #+security\n# end of the fixes\n")
+                                  "p0-config.patch  -p0 #+security \n# end of the fixes\n")  # spaces kept too
     q.run("import", "--series", str(quilt / "series"))
     assert (q.root / "series").read_text() == (
         "# test series\n# Packaging patches.\ntweak-util.patch # from upstream\n\n# CVE fixes.\n"
-        "p0-config.patch -p0 #+security\n# end of the fixes\n")
+        "p0-config.patch  -p0 #+security \n# end of the fixes\n")
     assert q.run("series").stdout.split() == ["tweak-util.patch", "p0-config.patch"]
     q.run("checkout")
     q.run("push", "--all")  # the -p0 entry applies with its strip

@@ -45,6 +45,7 @@ class _Incoming:
     strip: int
     before: tuple[str, ...] = ()  # the series' comment and blank lines above its entry
     tail: str = ""  # its entry's comment and guards (Series.tail_of)
+    line: str = ""  # its entry's line as the series has it, kept where the name is
 
 
 def _rest(name: str) -> str:
@@ -135,7 +136,9 @@ def _sources(files: list[Path], series_file: Path | None,
             check_name(entry.name, folders=True)
             path = folder / entry.name
             found = _split(path, _read_file(path, folder), entry.strip, reporter, entry=entry.name)
-            found[0] = replace(found[0], before=lines, tail=foreign_series.tail_of(entry))
+            raw = foreign_series.lines[entry.line - 1]
+            found[0] = replace(found[0], before=lines, tail=foreign_series.tail_of(entry),
+                               line=raw if raw.endswith("\n") else raw + "\n")
             items += found
     for path in files:
         items += _split(path, _read_file(path, None), 1, reporter)
@@ -226,7 +229,8 @@ def import_patches(ws: Workspace, files: list[Path], *, series_file: Path | None
         prepared.append((patch, item, kind))
     before = series
     lines = [line for patch, item, _kind in prepared
-             for line in (*item.before, entry_line(patch.name, item.strip, item.tail))]
+             for line in (*item.before, item.line if item.line and patch.name == item.name
+                          else entry_line(patch.name, item.strip, item.tail))]
     series = series.insert_lines(position, [*lines, *trailing])
     with queue_edit(ws, "import", before, series, create=tuple(p.name for p, _i, _k in prepared)):
         ws.store.write_patches([patch for patch, _item, _kind in prepared])
