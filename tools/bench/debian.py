@@ -104,7 +104,9 @@ def median(values: list[float]) -> float:
 
 def bench(package: str, cache: Path, sources: str, rounds: int, tmp: Path) -> str:
     folder, files = source_files(sources, package)
-    orig = next(n for n in files if re.search(r"\.orig\.tar\.[a-z0-9]+$", n))
+    orig = next((n for n in files if re.search(r"\.orig\.tar\.[a-z0-9]+$", n)), None)
+    if orig is None:  # a native package: no upstream tree, no patches
+        raise Unavailable("a native package (no .orig tarball, no patch series)")
     components = [n for n in files if re.search(r"\.orig-[^.]+\.tar\.[a-z0-9]+$", n)]
     if components:  # more than one tree to unpack: one pin archive cannot stand for them
         raise Unavailable(f"its source has component tarballs ({', '.join(components)})")
@@ -125,7 +127,7 @@ def bench(package: str, cache: Path, sources: str, rounds: int, tmp: Path) -> st
         (q / "series").write_text("")
         (q / "vendor-pin.txt").write_text(f"pin {orig_path.as_uri()}#sha256={files[orig]}\n")
         times["import"].append(timed([*GQ, "-C", str(q), "import", "--series", str(series)], q))
-        subprocess.run([*GQ, "-C", str(q), "checkout"], check=True, capture_output=True, env=ENV)
+        timed([*GQ, "-C", str(q), "checkout"], q)
         times["push --all"].append(timed([*GQ, "-C", str(q), "push", "--all"], q))
         qt = tmp / f"{package}-quilt"
         shutil.rmtree(qt, ignore_errors=True)
