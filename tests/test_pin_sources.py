@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import lzma
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -183,3 +184,25 @@ def test_rebase_moves_the_stack_from_one_upstream_commit_to_the_next(tmp_path: P
     assert f"pin git+{repo.as_uri()}@{second} version=0.25.0.dev1\n" in (q.root / "vendor-pin.txt").read_text()
     assert (q.work / "vllm" / "parser.py").read_text() == "def parse(text):\n    return text\n"
     assert (q.work / "tools" / "run.sh").read_text().endswith("echo twice\n")
+
+
+def test_a_hard_link_to_a_file_of_the_archive_is_a_copy_of_it(tmp_path: Path) -> None:
+    """tar stores a file met twice as a hard link to the first (bind9's orig tarball has them);
+    it is read as a copy. A hard link to anything else is refused (tests/reliability)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, text in BASE_FILES.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"bind-9.18.49/{name}")
+            info.size, info.mode = len(data), 0o755 if name == "vllm/util.py" else 0o644
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("bind-9.18.49/vllm/util_copy.py")
+        link.type, link.linkname = tarfile.LNKTYPE, "bind-9.18.49/vllm/util.py"
+        tar.addfile(link)
+    archive = tmp_path / "dl" / "bind9_9.18.49.orig.tar.gz"
+    archive.parent.mkdir()
+    archive.write_bytes(buf.getvalue())
+    q = _queue(tmp_path, f"pin {archive.as_uri()}#sha256={sha256(archive)}")
+    q.run("checkout")
+    copy = q.work / "vllm" / "util_copy.py"
+    assert copy.read_text() == BASE_FILES["vllm/util.py"] and os.access(copy, os.X_OK) and not copy.is_symlink()

@@ -94,6 +94,7 @@ def _read_tar(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
     packed = path.stat().st_size
     total = 0
     items: list[tuple[list[str], str, bytes]] = []
+    files: dict[str, tuple[str, bytes]] = {}  # the regular files read so far, by their name in the archive
     try:
         with tarfile.open(path, "r:*") as tar:
             for info in tar:
@@ -101,8 +102,18 @@ def _read_tar(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
                 parts = _check_name(info.name, archive)
                 if not parts or info.isdir():
                     continue
-                if info.islnk() or info.ischr() or info.isblk() or info.isfifo() or info.isdev():
-                    raise IntegrityError(f"archive member '{info.name}' is a hard link or device", path=archive)
+                if info.islnk():  # tar's way to store a file twice: a copy of a file before it
+                    target = files.get(_link_key(info.linkname, archive))
+                    if target is None:
+                        raise IntegrityError(f"archive member '{info.name}' is a hard link to '{info.linkname}', "
+                                             "which is no file of the archive before it", path=archive)
+                    total += len(target[1])
+                    if total > MAX_TOTAL:
+                        raise IntegrityError(f"archive unpacks to more than {MAX_TOTAL} bytes", path=archive)
+                    items.append((parts, *target))
+                    continue
+                if info.ischr() or info.isblk() or info.isfifo() or info.isdev():
+                    raise IntegrityError(f"archive member '{info.name}' is a device or pipe", path=archive)
                 if info.issym():
                     _check_link(parts, info.linkname, archive)
                     items.append((parts, "120000", info.linkname.encode()))
@@ -117,9 +128,18 @@ def _read_tar(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
                 data = handle.read() if handle else b""
                 mode = "100755" if info.mode & stat.S_IXUSR else "100644"
                 items.append((parts, mode, data))
+                files["/".join(parts)] = (mode, data)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise IntegrityError(f"cannot read archive: {exc}", path=archive) from None
     yield from _strip_top(items, archive)
+
+
+def _link_key(linkname: str, archive: str) -> str | None:
+    """A hard link's target as the archive names its files (None for a name no member can have)."""
+    try:
+        return "/".join(_check_name(linkname, archive))
+    except IntegrityError:
+        return None
 
 
 def _read_zip(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
