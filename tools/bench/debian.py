@@ -141,17 +141,19 @@ def bench(package: str, cache: Path, sources: str, rounds: int, tmp: Path) -> st
     with tarfile.open(orig_path) as tar:  # the same series with git apply, patch by patch (not timed)
         tar.extractall(tmp / f"{package}-git", filter="data")
     by_git = next(p for p in (tmp / f"{package}-git").iterdir() if p.is_dir())
+    stopped = None
     for line in series.read_text().splitlines():
         words = line.split("#", 1)[0].split()
-        if words:
+        if words and stopped is None:
             strip = next((w[2:] for w in words[1:] if w.startswith("-p")), "1")
-            subprocess.run(["git", "apply", f"-p{strip}", "--whitespace=nowarn", str(series.parent / words[0])],
-                           cwd=by_git, check=True, capture_output=True)
-    as_git = same_trees(by_git, q / "work")
+            proc = subprocess.run(["git", "apply", f"-p{strip}", "--whitespace=nowarn", str(series.parent / words[0])],
+                                  cwd=by_git, capture_output=True)
+            stopped = words[0] if proc.returncode else None
+    as_git = f"git apply refuses {stopped}" if stopped else "yes" if same_trees(by_git, q / "work") else "NO"
     push, quilt = median(times["push --all"]), median(times["quilt push -a"])
     return (f"| {package} ({debian.split('_', 1)[1].rsplit('.debian', 1)[0]}) | {len(entries)} | "
             f"{median(times['import']):.3f} s | {push:.3f} s | {quilt:.3f} s | {quilt / push:.1f}x | "
-            f"{'yes' if all(identical) else 'NO'} | {'yes' if as_git else 'NO'} | {'yes' if kept else 'no'} |")
+            f"{'yes' if all(identical) else 'NO'} | {as_git} | {'yes' if kept else 'no'} |")
 
 
 def main() -> None:
