@@ -103,7 +103,8 @@ def _read_tar(path: Path, tick: Callable[[int], None]) -> Iterator[Member]:
                 if not parts or info.isdir():
                     continue
                 if info.islnk():  # tar's way to store a file twice: a copy of a file before it
-                    target = files.get(_link_key(info.linkname, archive))
+                    key = _link_key(info.linkname, archive)
+                    target = files.get(key) if key is not None else None
                     if target is None:
                         raise IntegrityError(f"archive member '{info.name}' is a hard link to '{info.linkname}', "
                                              "which is no file of the archive before it", path=archive)
