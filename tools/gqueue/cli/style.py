@@ -43,14 +43,15 @@ def enabled(choice: str, stream: IO[str]) -> bool:
         return False
 
 
-def _word_style(word: str) -> dict[str, object] | None:
+def _word_style(word: str) -> tuple[str, bool] | None:
+    """The colour and boldness of a status word, or None for a word left plain."""
     key = word.lower()
     if key in GOOD:
-        return {"fg": "green"}
+        return "green", False
     if key in WARN:
-        return {"fg": "yellow"}
+        return "yellow", False
     if key in BAD:
-        return {"fg": "red", "bold": True}
+        return "red", True
     return None
 
 
@@ -62,7 +63,8 @@ def statuses(text: str) -> str:
         style = _word_style(match.group(2)) if match else None
         if match and style:
             indent, word = match.groups()
-            line = indent + click.style(word, **style) + line[match.end():]  # type: ignore[arg-type]
+            colour, bold = style
+            line = indent + click.style(word, fg=colour, bold=bold or None) + line[match.end():]
         out.append(line)
     return "\n".join(out)
 
