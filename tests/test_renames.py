@@ -56,6 +56,8 @@ def _queue(tmp_path: Path, *bodies: str) -> Queue:
 
 def test_push_renames_and_copies_and_pop_puts_the_files_back(tmp_path: Path) -> None:
     q = _queue(tmp_path, EDITED, COPY)
+    assert q.run("files", "R1-move").stdout.split() == ["vllm/util.py", "vllm/utils.py"]
+    assert q.run("files", "R2-move").stdout.split() == ["vllm/parser2.py"]
     q.run("push", "--all")
     assert not (q.work / "vllm/util.py").exists()
     assert (q.work / "vllm/utils.py").read_text() == UTIL.replace("return x + 0\n", "return x + 100\n", 1)

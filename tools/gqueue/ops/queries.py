@@ -121,10 +121,12 @@ class FilesResult:
 
 
 def files(ws: Workspace, query: str | None) -> FilesResult:
-    """The files a patch (default: the top) changes, in the -pN its series entry gives."""
+    """The files a patch (default: the top) changes, in the -pN its series entry gives (a
+    rename's source too, which it removes)."""
     name = named_or_top(ws, query)
     strip = ws.store.read_series().strip_of(name)
-    return FilesResult(name, tuple(fd.path for fd in file_diffs(on_pin(ws, name), strip)))
+    paths = (p for fd in file_diffs(on_pin(ws, name), strip) for p in ((fd.source, fd.path) if fd.rename else (fd.path,)))
+    return FilesResult(name, tuple(dict.fromkeys(paths)))
 
 
 # --- the pins -------------------------------------------------------------------------------
