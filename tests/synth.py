@@ -9,6 +9,7 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 BASE_FILES: dict[str, str] = {
     "pyproject.toml": "[project]\nname = 'vllm'\n",
@@ -94,3 +95,21 @@ def unified(path: str, old: str, new: str, context: str = "") -> str:
     lines = list(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                       f"a/{path}", f"b/{path}", n=3))
     return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+def base_git_repo(repo: Path, *, user: str = "A U Thor", email: str = "author@example.org") -> Callable[..., str]:
+    """A git repository at ``repo`` whose one commit ('base') holds BASE_FILES; returns a runner
+    of git commands there as ``user`` (their stdout)."""
+    repo.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", f"user.name={user}", "-c", f"user.email={email}", *args],
+                              check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    for name, text in BASE_FILES.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    return git

@@ -11,7 +11,7 @@ from typing import Callable
 import yaml
 
 from gqueue.model.series import parse_series
-from synth import BASE_FILES, make_queue, unified
+from synth import BASE_FILES, base_git_repo, make_queue, unified
 
 PARSER = BASE_FILES["vllm/parser.py"]
 DIFF = unified("vllm/parser.py", PARSER, PARSER.replace("== 'null'", "in ('null', 'None')"))
@@ -234,18 +234,7 @@ def _upstream_repo(tmp_path: Path, commits: list[tuple[str, str, str]]) -> tuple
     """A git repository of the synthetic upstream with one commit per (message, old, new) edit of
     vllm/util.py, its author a name git writes as an RFC 2047 word."""
     repo = tmp_path / "upstream-git"
-    repo.mkdir()
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=Jörg Doe", "-c", "user.email=jorg@example.org",
-                               *args], check=True, capture_output=True, text=True).stdout
-
-    git("init", "-q")
-    for name, text in BASE_FILES.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git("add", "-A")
-    git("commit", "-qm", "base")
+    git = base_git_repo(repo, user="Jörg Doe", email="jorg@example.org")
     for message, old, new in commits:
         path = repo / "vllm/util.py"
         path.write_text(path.read_text().replace(old, new))

@@ -12,7 +12,7 @@ import pytest
 
 from gqueue.errors import FormatError
 from gqueue.model.diff import parse_diff
-from synth import BASE_FILES, Queue, make_queue, make_sdist, sha256
+from synth import BASE_FILES, Queue, base_git_repo, make_queue, make_sdist, sha256
 
 UTIL = BASE_FILES["vllm/util.py"]
 
@@ -142,18 +142,7 @@ def test_check_lands_a_rename_where_its_source_moved_on_and_reports_what_stops_i
 def test_import_of_a_format_patch_rename_pushes(tmp_path: Path) -> None:
     q = make_queue(tmp_path)
     repo = tmp_path / "git"
-    repo.mkdir()
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=A", "-c", "user.email=a@example.org", *args],
-                              check=True, capture_output=True, text=True).stdout
-
-    git("init", "-q")
-    for name, text in BASE_FILES.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git("add", "-A")
-    git("commit", "-qm", "base")
+    git = base_git_repo(repo)
     git("mv", "vllm/util.py", "vllm/utils.py")
     (repo / "vllm/utils.py").write_text(UTIL.replace("return x + 0\n", "return x + 100\n", 1))
     git("commit", "-qam", "Move util")

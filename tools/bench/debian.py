@@ -33,6 +33,9 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from report import emit  # noqa: E402
 REPO = HERE.parents[1]
 MIRROR = "http://deb.debian.org/debian"
 GQ = [sys.executable, "-m", "gqueue"]
@@ -186,10 +189,7 @@ def main() -> None:
         "",
         f"Command: `python tools/bench/debian.py --packages {args.packages} --rounds {args.rounds} --suite {args.suite}`",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from realseries import shape  # noqa: E402
 from synthseries import generate  # noqa: E402
 
 from pins import chosen_pin, main_pin_line  # noqa: E402
+from report import emit  # noqa: E402
 
 BASE = "vllm==0.24.0"  # the series' pin (--base: any pin vendor-pin.txt names)
 PIN = "vllm==0.25.0"  # the release it is checked and rebased onto
@@ -217,10 +218,7 @@ def main() -> None:
         f"`gqueue rebase` of the whole series under 5 s when nothing conflicts: {rebase_s:.2f} s "
         f"({'met' if rebase_s < 5 else 'NOT met'}).",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    emit(lines, args.out)
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -48,6 +48,7 @@ from synthseries import generate  # noqa: E402
 from gqueue.model.patch import split_header  # noqa: E402
 from pins import chosen_pin, main_pin_line  # noqa: E402
 from gqueue.upstream.resolve import sdist_path  # noqa: E402
+from report import emit  # noqa: E402
 
 GQ = [sys.executable, "-m", "gqueue"]
 ENV = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", QUILT_PC=".pc", LC_ALL="C", GIT_AUTHOR_NAME="b",
@@ -252,10 +253,7 @@ def main() -> None:
                           "its read-tree floor")
     lines += ["Ratios (medians of the same run): " + "; ".join(ratios) + ".", "",
               f"Command: `python tools/bench/growth.py --sizes {args.sizes} --rounds {args.rounds} --base {args.base}`"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

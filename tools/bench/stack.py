@@ -36,6 +36,7 @@ from synthseries import generate  # noqa: E402
 
 from pins import chosen_pin, main_pin_line  # noqa: E402
 from gqueue.upstream.resolve import sdist_path  # noqa: E402
+from report import emit  # noqa: E402
 
 GQ = [sys.executable, "-m", "gqueue"]
 ENV = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", QUILT_PC=".pc", LC_ALL="C")
@@ -224,10 +225,7 @@ def main() -> None:
             lines += bench(kind, tmp, tree, args, pin_line, base.version)
     on = f" --base {args.base}" if args.base else ""
     lines.append(f"Command: `python tools/bench/stack.py -n {args.n} --rounds {args.rounds} --kind {args.kind}{on}`")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":
