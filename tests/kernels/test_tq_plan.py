@@ -356,8 +356,9 @@ class _VariantLog:
         from vllm_genesis.turboquant import combine, stage1
 
         self.seen: set = set()
-        for module, name in ((stage1, "_tq_dequant_split"), (stage1, "_tq_fp8_scores"), (stage1, "_tq_per_warp_softmax"),
-                             (combine, "_tq_combine_splits")):
+        for module, name in ((stage1, "_tq_dequant_split_words"), (stage1, "_tq_dequant_split_fp8_pages"),
+                             (stage1, "_tq_dequant_split_tokens"), (stage1, "_tq_fp8_scores"),
+                             (stage1, "_tq_per_warp_softmax"), (combine, "_tq_combine_splits")):
             monkeypatch.setattr(module, name, self._wrap(getattr(module, name), name))
 
     def _wrap(self, kernel, name):

@@ -106,8 +106,9 @@ def main() -> int:
                         setattr(mods[n], n, k)
             return run
 
-        stage1_names = ("_tq_dequant_split", "_tq_fp8_scores", "_tq_per_warp_softmax", "launch_gluon_mma_decode",
-                        "launch_wgmma_decode", "launch_wgmma_verify")
+        stage1_names = ("_tq_dequant_split_words", "_tq_dequant_split_fp8_pages", "_tq_dequant_split_tokens",
+                        "_tq_fp8_scores", "_tq_per_warp_softmax", "launch_gluon_mma_decode", "launch_wgmma_decode",
+                        "launch_wgmma_verify")
         cases = [("empty graph", lambda: tiny.add_(1.0)), ("ours", ours()),
                  ("ours, stage 1 only", without(("_tq_combine_splits",), ours())),
                  ("ours, combine only", without(stage1_names, ours())), ("sdpa", sdpa)]

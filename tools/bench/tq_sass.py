@@ -40,7 +40,10 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from vllm_genesis.turboquant._dequant_split import _tq_dequant_split  # noqa: E402
+from vllm_genesis.turboquant._dequant_split import dequant_path  # noqa: E402
+from vllm_genesis.turboquant._dequant_split_pages import _tq_dequant_split_fp8_pages  # noqa: E402
+from vllm_genesis.turboquant._dequant_split_tokens import _tq_dequant_split_tokens  # noqa: E402
+from vllm_genesis.turboquant._dequant_split_words import _tq_dequant_split_words  # noqa: E402
 from vllm_genesis.turboquant._per_warp_softmax import _tq_per_warp_softmax  # noqa: E402
 from vllm_genesis.turboquant.layout import TQLayout  # noqa: E402
 
@@ -265,7 +268,13 @@ def main():
     for name, (kind, G, QL, D, Hk, bn, w, st, extra, mr, preset) in CONFIGS.items():
         if a.only and a.only not in name:
             continue
-        fn = {"n": _tq_dequant_split, "w": _tq_per_warp_softmax}[kind]
+        if kind == "n":  # the kernel "n" build the launcher would pick for this cache and these words
+            lay = TQLayout.from_preset(preset, D)
+            path = dequant_path(lay.key_fp8, lay.value_bits, D, 16, bn, extra.get("WORDS", 0))
+            fn = {"words": _tq_dequant_split_words, "pages": _tq_dequant_split_fp8_pages,
+                  "tokens": _tq_dequant_split_tokens}[path]
+        else:
+            fn = _tq_per_warp_softmax
         try:
             ck = compile_stage1(fn, G=G, QL=QL, D=D, Hk=Hk, block_n=bn, warps=w, stages=st, extra=extra, maxnreg=mr,
                                 preset=preset)

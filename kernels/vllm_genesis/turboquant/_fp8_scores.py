@@ -1,6 +1,6 @@
 """Stage 1 with fp8 tensor-core scores (k8v4, Hopper).
 
-``_tq_fp8_scores`` has the inputs and outputs of ``_dequant_split._tq_dequant_split`` (one
+``_tq_fp8_scores`` has the inputs and outputs of kernel "n" (``_dequant_split``; one
 program per (split, KV head, sequence), every query row of the group) but never turns a
 key into a wider type: the fp8 key bytes go from global memory into shared memory as
 they are (``cp.async`` through Triton's pipeliner) and are scored by fp8 x fp8 warp-group

@@ -68,7 +68,7 @@ def _tq_per_warp_softmax(
     D = 128. With ``VSPLIT`` > 1 (D = 256), ``VSPLIT`` programs score the same keys and
     each accumulates ``D / VSPLIT`` of the value columns (keys read VSPLIT times, mostly
     from L2), which keeps the accumulators within the register file. Same inputs and
-    outputs as ``_tq_dequant_split``; grid ``(splits * VSPLIT, Hk, B)``.
+    outputs as kernel "n" (``_dequant_split``); grid ``(splits * VSPLIT, Hk, B)``.
     """
     pid0 = tl.program_id(0)
     sid = pid0 // VSPLIT

@@ -3,8 +3,8 @@
 Slot words split in registers (fp8 key bytes and 4-bit codes of one int32 word, by PTX
 ``cvt`` / ``lop3`` or by shifts), the scale/zero halves of a word, a split's token range
 and its running softmax sums, the MSE keys' centroid-pair gathers and byte tiles. Used by
-``_dequant_split``, ``_per_warp_softmax`` and ``_fp8_scores``; the Gluon kernels reuse
-``FP8X4_F16_ASM``.
+kernel "n" (``_dequant_split_words``, ``_dequant_split_pages``, ``_dequant_split_tokens``),
+``_per_warp_softmax`` and ``_fp8_scores``; the Gluon kernels reuse ``FP8X4_F16_ASM``.
 """
 
 from __future__ import annotations

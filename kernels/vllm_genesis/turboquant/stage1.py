@@ -6,7 +6,8 @@ attention call, ``Call``), returning the column order of the partials it wrote (
 combine's ``PERM``). ``combine_pdl`` says whether the combine after it may be a
 programmatic dependent launch (the Hopper kernels).
 
-    DequantSplit      "n"  _dequant_split._tq_dequant_split (every preset)
+    DequantSplit      "n"  _dequant_split_words._tq_dequant_split_words, _dequant_split_pages._tq_dequant_split_fp8_pages
+                           or _dequant_split_tokens._tq_dequant_split_tokens (every preset; ``_dequant_split``)
     PerWarpSoftmax    "w"  _per_warp_softmax._tq_per_warp_softmax
     Fp8Scores         "q"  _fp8_scores._tq_fp8_scores
     GluonMmaDecode    "g"  _gluon_mma_decode._tq_gluon_mma_decode
@@ -23,7 +24,10 @@ import torch
 
 from . import combine
 from ._carveout import TRITON_PREFER_SHARED_ABOVE, prefer_carveout
-from ._dequant_split import _tq_dequant_split
+from ._dequant_split import dequant_path
+from ._dequant_split_pages import _tq_dequant_split_fp8_pages
+from ._dequant_split_tokens import _tq_dequant_split_tokens
+from ._dequant_split_words import _tq_dequant_split_words
 from ._fp8_scores import _tq_fp8_scores
 from ._per_warp_softmax import _tq_per_warp_softmax
 from .device import _fp8_e4b15
@@ -84,18 +88,22 @@ class Call:
 
 
 def _triton_launch(kern, call: Call, splits: int, grid, centroids, block_n: int, num_warps: int, num_stages: int,
-                   extra: dict, m_pad: int | None = None):
+                   extra: dict, m_pad: int | None = None, formats: bool = True):
     """One of the Triton stage-1 kernels, which share their arguments and the cache's constants
-    (``extra``: the kernel's own constexprs and options; ``m_pad``: rows a program, padded)."""
+    (``extra``: the kernel's own constexprs and options; ``m_pad``: rows a program, padded;
+    ``formats``: the kernel takes the key and value formats, ``KEY_FP8`` ... ``VQB``, which the
+    kernels for fp8 keys and 4-bit values only do not)."""
     lay = call.layout
     qr, kv = call.qr, call.kv_cache
+    if formats:
+        extra = dict(KEY_FP8=lay.key_fp8, MSE_BITS=lay.mse_bits, NORM_CORR=lay.norm_correction, VQB=lay.value_bits,
+                     **extra)
     kern[grid](
         qr, kv, call.block_table, call.seq_lens, call.qstart, centroids, call.mid_o, call.mid_l,
         qr.stride(0), qr.stride(1), kv.stride(0), kv.stride(1), kv.stride(2), call.block_table.stride(0),
         splits, call.qk_scale,
         HK=call.num_kv_heads, G=call.group, QL=call.query_len, ROWS=call.rows, M_PAD=m_pad or call.m_pad,
-        D=call.head_dim, PAGE=call.page, KEY_FP8=lay.key_fp8, MSE_BITS=lay.mse_bits, NORM_CORR=lay.norm_correction,
-        VQB=lay.value_bits, KPS=lay.key_packed_size, VAL_BYTES=lay.value_data_bytes, BLOCK_N=block_n,
+        D=call.head_dim, PAGE=call.page, KPS=lay.key_packed_size, VAL_BYTES=lay.value_data_bytes, BLOCK_N=block_n,
         ALIGN=call.align, RAW_TAIL=call.raw_tail, HAS_QSTART=call.has_qstart,
         FP8_E4B15=_fp8_e4b15(call.dev_index) if lay.key_fp8 else 0, DOT_BF16=call.dot_bf16,
         **extra, num_warps=num_warps, num_stages=num_stages,
@@ -140,7 +148,8 @@ def centroid_pairs(centroids: torch.Tensor, bits: int, bf16: bool) -> torch.Tens
 
 @dataclass(frozen=True)
 class DequantSplit:
-    """Kernel "n": tiles dequantised, rows on the MMA's M side (``_dequant_split``)."""
+    """Kernel "n": tiles dequantised, rows on the MMA's M side (``_dequant_split``: one of three
+    kernels by how the cache is read, ``dequant_path``)."""
 
     block_n: int
     num_warps: int
@@ -156,36 +165,45 @@ class DequantSplit:
     combine_pdl: ClassVar[bool] = False
 
     def launch(self, call: Call, splits: int) -> int:
-        extra: dict = {}
-        centroids = call.centroids
-        if self.prefetch:
-            extra["PREFETCH"] = True
-            if self.prefetch >= 2:
-                extra["PF_DEPTH"] = 2
-        if self.sz_word and call.words_ok:
-            extra["SZW"] = True
-        if self.head_major:
-            extra["HEAD_MAJOR"] = True
-        if self.fused_sums:
-            extra["FUSE_SUMS"] = True
-        if _pair_gathers(call.layout, call.head_dim):
-            extra["CPAIR"] = True
-            centroids = centroid_pairs(call.given_centroids, call.layout.mse_bits, call.dot_bf16)
-            if self.pair_table and self.num_warps > 1:
-                extra["PAIR_TABLE"] = True
-        if self.maxnreg:
-            extra["maxnreg"] = self.maxnreg
+        lay = call.layout
+        words = 0
         if self.words and call.words_ok and call.head_dim >= 128:
             words = self.words
             if words >= 3 and call.m_pad > 16:
                 words -= 2  # Triton 3.6 fails to lower the re-interleave next to warp-group MMAs
             if words in (2, 4) and not call.ptx_ok:
                 words -= 1  # PTX only on NVIDIA GPUs with e4m3 conversions
+        path = dequant_path(lay.key_fp8, lay.value_bits, call.head_dim, call.page, self.block_n, words)
+        extra: dict = {}
+        centroids = call.centroids
+        if self.prefetch:
+            extra["PREFETCH"] = True
+        if self.head_major:
+            extra["HEAD_MAJOR"] = True
+        if path == "words":
+            kern = _tq_dequant_split_words
             extra["WORDS"] = words
+            if self.prefetch >= 2:
+                extra["PF_DEPTH"] = 2
+        elif path == "pages":
+            kern = _tq_dequant_split_fp8_pages
+            if self.sz_word and call.words_ok:
+                extra["SZW"] = True
+        else:
+            kern = _tq_dequant_split_tokens
+            if _pair_gathers(lay, call.head_dim):
+                extra["CPAIR"] = True
+                centroids = centroid_pairs(call.given_centroids, lay.mse_bits, call.dot_bf16)
+                if self.pair_table and self.num_warps > 1:
+                    extra["PAIR_TABLE"] = True
+        if self.fused_sums and path != "tokens":
+            extra["FUSE_SUMS"] = True
+        if self.maxnreg:
+            extra["maxnreg"] = self.maxnreg
         hk = call.num_kv_heads
         grid = (hk, splits, call.batch) if self.head_major else (splits, hk, call.batch)
-        _triton_launch(_tq_dequant_split, call, splits, grid, centroids, self.block_n, self.num_warps, self.num_stages,
-                       extra)
+        _triton_launch(kern, call, splits, grid, centroids, self.block_n, self.num_warps, self.num_stages, extra,
+                       formats=path == "tokens")
         return 0
 
 
