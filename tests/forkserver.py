@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 SERVER_HEAD = r"""
@@ -115,13 +116,22 @@ class ForkServer:
             self.proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=log, env=env, text=True)
         self.count = 0
+        self.pending = b""  # what the server wrote past the last answer line read
 
     def reply(self, timeout: float) -> dict:
+        """The server's next answer line. Read from the pipe's descriptor into a buffer of our
+        own: a buffered readline() can take two answers in one read (a quick child's pid and
+        return code together), and select() on the descriptor then waits for a line that is
+        already read."""
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            raise RuntimeError(f"{self.what} stopped answering; its log:\n{self.log.read_text()[-4000:]}")
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.proc.stdout.fileno()], [], [], max(deadline - time.monotonic(), 0))
+            chunk = os.read(self.proc.stdout.fileno(), 65536) if ready else b""
+            if not chunk:
+                raise RuntimeError(f"{self.what} stopped answering; its log:\n{self.log.read_text()[-4000:]}")
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
         return json.loads(line)
 
     def ask(self, req: dict, timeout: float) -> tuple[int, str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,17 @@ def test_a_child_past_its_time_is_killed_and_the_server_goes_on(server: ForkServ
                     "env": dict(os.environ), "cwd": str(tmp_path)}, 1)
     assert late.value.stdout == "started\n"
     assert server.ask({"script": "print('next')", "env": dict(os.environ), "cwd": str(tmp_path)}, 30)[:2] == (0, "next\n")
+
+
+def test_two_answers_that_arrive_together_are_both_read() -> None:
+    """A quick child's pid and return code reach the pipe in one write; reading the first must
+    not leave the second where select() no longer sees it (it did: the test waited 300 s)."""
+    both = ForkServer('import sys, time; sys.stdout.write(\'{"pid": 1}\\n{"returncode": 0}\\n\'); sys.stdout.flush(); '
+                      'time.sleep(30)', what="a server of two lines")
+    try:
+        time.sleep(0.5)  # both lines are in the pipe before the first is read
+        assert both.reply(10) == {"pid": 1}
+        assert both.reply(2) == {"returncode": 0}
+    finally:
+        both.proc.kill()
+        both.close()
