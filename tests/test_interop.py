@@ -132,6 +132,20 @@ def test_import_of_a_series_keeps_entry_names_with_folders_and_other_endings(tmp
     assert proc.returncode == 2 and "'variants/x.patch' is not a valid patch name" in proc.stderr
 
 
+def test_an_mbox_named_in_a_series_gives_its_mails_under_their_own_names(tmp_path: Path) -> None:
+    q = make_queue(tmp_path)
+    _repo, git = _upstream_repo(tmp_path, SERIES_COMMITS[:2])
+    quilt = tmp_path / "patches"
+    quilt.mkdir()
+    (quilt / "two.mbox").write_text(git("format-patch", "--stdout", "HEAD~2"))
+    (quilt / "series").write_text("# mails\ntwo.mbox # both\n")
+    q.run("import", "--series", str(quilt / "series"))
+    assert q.run("series").stdout.split() == ["0001-Add-an-imported-change.patch", "0002-Fix-typo.patch"]
+    assert "two.mbox" not in (q.root / "series").read_text() and "# mails\n" in (q.root / "series").read_text()
+    q.run("checkout")
+    q.run("push", "--all")
+
+
 def test_export_mbox_is_accepted_by_git_am_and_quilt_dir_round_trips(tmp_path: Path) -> None:
     q = make_queue(tmp_path)
     q.write_patch("P15-none.patch", DIFF, extra="author: Jane Doe <jane@example.org>\n")

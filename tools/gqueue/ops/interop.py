@@ -137,8 +137,8 @@ def _sources(files: list[Path], series_file: Path | None,
             path = folder / entry.name
             found = _split(path, _read_file(path, folder), entry.strip, reporter, entry=entry.name)
             raw = foreign_series.lines[entry.line - 1]
-            found[0] = replace(found[0], before=lines, tail=foreign_series.tail_of(entry),
-                               line=raw if raw.endswith("\n") else raw + "\n")
+            kept = (raw if raw.endswith("\n") else raw + "\n") if found[0].name == entry.name else ""  # not an mbox's mails
+            found[0] = replace(found[0], before=lines, tail=foreign_series.tail_of(entry), line=kept)
             items += found
     for path in files:
         items += _split(path, _read_file(path, None), 1, reporter)
