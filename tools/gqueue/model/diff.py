@@ -187,8 +187,7 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                 else:
                     break
                 i += 1
-            moved = bool(meta.get("rename") or meta.get("copy"))
-            if moved and meta.get("rename") and meta.get("copy"):
+            if meta.get("rename") and meta.get("copy"):
                 raise FormatError("a file header says both 'rename' and 'copy'", path=path, line=lineno(start))
             if i < n and lines[i].startswith(b"@@ ") and not meta.get("binary"):
                 raise FormatError("hunk without the '---' and '+++' lines of its file", path=path, line=lineno(i))
@@ -222,9 +221,10 @@ def parse_diff(body: bytes, *, path: str = "<patch>", first_line: int = 1, strip
                     f"hunk line counts lie: the header says {hunk.old_len} old and {hunk.new_len} new lines, "
                     "but more hunk lines follow", path=path, line=lineno(i),
                 )
-        if not hunks and not (meta.get("new") or meta.get("deleted") or meta.get("rename") or meta.get("copy")):
+        moved = bool(meta.get("rename") or meta.get("copy"))
+        if not hunks and not (meta.get("new") or meta.get("deleted") or moved):
             raise FormatError("file header without hunks", path=path, line=lineno(start))
-        if (meta.get("rename") or meta.get("copy")) and (old_path is None or new_path is None or old_path == new_path):
+        if moved and (old_path is None or new_path is None or old_path == new_path):
             raise FormatError("a rename or copy needs two different file names on its '---' and '+++' lines",
                               path=path, line=lineno(dashes))
         files.append(

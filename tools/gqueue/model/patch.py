@@ -201,7 +201,10 @@ def render_field(key: str, value: Any) -> str:
 def render_header(fields: dict[str, Any]) -> bytes:
     """The header of ``fields`` in the canonical key order: what ``render_field`` makes of each
     key, joined, written by one dump (a dump of each key costs PyYAML's set-up each time)."""
-    ordered = _in_canonical_order(fields)
+    return _render_ordered(_in_canonical_order(fields))
+
+
+def _render_ordered(ordered: dict[str, Any]) -> bytes:
     text = _dump(ordered) if ordered else ""
     if text.endswith("\n...\n"):  # the dump's own document end (after a value kept with its blank lines)
         text = text[: -len("...\n")]
@@ -225,8 +228,9 @@ def new_patch(name: str, fields: dict[str, Any], body: bytes) -> PatchFile:
     order, one a line, are parsed back as any header is (the reader's checks and messages).
     tests/test_properties.py compares the two ways.
     """
-    header = render_header(fields)
-    meta = _meta_as_written(header, _in_canonical_order(fields))
+    ordered = _in_canonical_order(fields)
+    header = _render_ordered(ordered)
+    meta = _meta_as_written(header, ordered)
     if meta is None:
         return parse_patch(header + body, name=name)
     check_meta(meta, path=name, first_line=1)
